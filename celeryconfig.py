@@ -1,0 +1,52 @@
+"""Celery settings for nightshift, all derived from pipeline.settings (the environment).
+
+Why each reliability setting is what it is: ../DESIGN.md, "Celery settings that matter".
+"""
+
+from __future__ import annotations
+
+from beat_schedule import beat_schedule
+from pipeline.db import broker_url as _broker_url
+from pipeline.settings import get_settings
+
+_settings = get_settings()
+
+broker_url = _broker_url(_settings)
+# .delay() callers in other services read the run id from the result; results expire in a day.
+result_backend = broker_url
+result_expires = 24 * 3600
+broker_connection_retry_on_startup = True
+
+# A step is acknowledged only after it ran, so a dead worker's message is delivered again.
+task_acks_late = True
+worker_prefetch_multiplier = 1
+task_serializer = "json"
+result_serializer = "json"
+accept_content = ["json"]
+result_accept_content = ["json"]
+
+# Redis redelivers an unacked message after the visibility timeout: it must be longer than any
+# step, and the hard time limit shorter, so a step still running is never delivered twice.
+broker_transport_options = {"visibility_timeout": _settings.visibility_timeout}
+result_backend_transport_options = {"visibility_timeout": _settings.visibility_timeout}
+task_time_limit = _settings.step_time_limit
+task_soft_time_limit = _settings.step_time_limit * 0.9
+
+# A pool child that dies is retried a bounded number of times (reject_on_worker_lost loops forever).
+task_retry_on_worker_lost = True
+worker_cancel_long_running_tasks_on_connection_loss = True
+
+# Flower shows tasks from events; sent events make queued steps visible too.
+worker_send_task_events = True
+task_send_sent_event = True
+task_track_started = True
+
+timezone = "UTC"
+enable_utc = True
+
+# Steps mostly wait on the network: threads keep many in flight per process.
+worker_pool = "threads"
+worker_concurrency = _settings.worker_concurrency
+worker_hijack_root_logger = False
+
+beat_schedule = beat_schedule

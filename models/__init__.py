@@ -1,0 +1,22 @@
+"""The durable record: SQLAlchemy 2 typed ORM for every table nightshift keeps."""
+
+from models.action import Action
+from models.artifact import Artifact
+from models.base import Base
+from models.journal import JournalEntry
+from models.run import Run
+from models.schedule import Event, ScheduleFire
+from models.status import ActionState, FireDecision, RunStatus
+
+__all__ = [
+    "Action",
+    "ActionState",
+    "Artifact",
+    "Base",
+    "Event",
+    "FireDecision",
+    "JournalEntry",
+    "Run",
+    "RunStatus",
+    "ScheduleFire",
+]

@@ -1,0 +1,49 @@
+"""One row per side effect: the idempotency key is saved before the first send."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ForeignKey, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, created_at_column, status_column, updated_at_column
+from models.status import ActionState
+
+
+class Action(Base):
+    __tablename__ = "actions"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
+    """Built from what the action means, so it survives a lost checkpoint."""
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    tool_use_id: Mapped[str | None] = mapped_column(String(200))
+    tool: Mapped[str] = mapped_column(String(100))
+    service: Mapped[str] = mapped_column(String(100))
+    args: Mapped[dict[str, Any]]
+    state: Mapped[ActionState] = mapped_column(status_column(ActionState, "action_state"))
+    attempts: Mapped[int] = mapped_column(default=0)
+    first_attempt_at: Mapped[datetime | None]
+    last_attempt_at: Mapped[datetime | None]
+    result: Mapped[dict[str, Any] | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    resolution: Mapped[str | None] = mapped_column(String(64))
+    """How an unknown outcome was settled: resent, lookup, person."""
+
+    requires_approval: Mapped[bool] = mapped_column(default=False)
+    approvers: Mapped[list[Any] | None]
+    decision: Mapped[str | None] = mapped_column(String(16))
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    decided_at: Mapped[datetime | None]
+    note: Mapped[str | None] = mapped_column(Text)
+
+    created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = updated_at_column()
+
+    __table_args__ = (
+        Index("ix_actions_run_id", "run_id"),
+        Index("ix_actions_state", "state"),
+    )

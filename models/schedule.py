@@ -1,0 +1,43 @@
+"""Schedule slots and external events: the de-duplication records for what starts runs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, ForeignKey, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, created_at_column, status_column
+from models.status import FireDecision
+
+
+class ScheduleFire(Base):
+    __tablename__ = "schedule_fires"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    schedule: Mapped[str] = mapped_column(String(100))
+    slot: Mapped[datetime]
+    """The slot's instant (UTC), computed in the schedule's own timezone."""
+    decision: Mapped[FireDecision] = mapped_column(status_column(FireDecision, "fire_decision"))
+    reason: Mapped[str] = mapped_column(Text)
+    run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    batch_id: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = created_at_column()
+
+    __table_args__ = (UniqueConstraint("schedule", "slot"),)
+
+
+class Event(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    source: Mapped[str] = mapped_column(String(100))
+    event_id: Mapped[str] = mapped_column(String(200))
+    run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    payload: Mapped[dict[str, Any]]
+    deliveries: Mapped[int] = mapped_column(default=1)
+    created_at: Mapped[datetime] = created_at_column()
+
+    __table_args__ = (UniqueConstraint("source", "event_id"),)

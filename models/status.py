@@ -1,0 +1,101 @@
+"""Status enums that carry their own rules; the database enforces them with guarded UPDATEs."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    """Runnable: a step task may claim it."""
+    WAITING = "waiting"
+    """Parked on a timer, an approval or children; no worker and no broker message hold it."""
+    NEEDS_ATTENTION = "needs_attention"
+    """A side effect's outcome is unknown and only a person can say what happened."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_RUN
+
+    def can_become(self, new: RunStatus) -> bool:
+        return new in RUN_TRANSITIONS[self]
+
+    @classmethod
+    def sources_of(cls, new: RunStatus) -> tuple[RunStatus, ...]:
+        """Statuses a run may move to `new` from: the WHERE clause of a guarded UPDATE."""
+        return tuple(s for s in cls if new in RUN_TRANSITIONS[s])
+
+
+_TERMINAL_RUN = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.RUNNING: frozenset(
+        {
+            RunStatus.WAITING,
+            RunStatus.NEEDS_ATTENTION,
+            RunStatus.SUCCEEDED,
+            RunStatus.FAILED,
+            RunStatus.CANCELLED,
+        }
+    ),
+    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.FAILED, RunStatus.CANCELLED}),
+    RunStatus.NEEDS_ATTENTION: frozenset(
+        {RunStatus.RUNNING, RunStatus.FAILED, RunStatus.CANCELLED}
+    ),
+    RunStatus.SUCCEEDED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+
+class ActionState(StrEnum):
+    PENDING_APPROVAL = "pending_approval"
+    """Recorded, waiting for a person's decision; nothing has been sent."""
+    INTENDED = "intended"
+    """The key is saved; nothing has been sent yet."""
+    ATTEMPTED = "attempted"
+    """A send has started; its reply is not saved yet."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """A send started and no reply was saved: it may or may not have happened."""
+    CONFIRMED = "confirmed"
+    """The service's reply is saved: it happened once."""
+    FAILED = "failed"
+    """The service refused permanently: it did not happen."""
+    REJECTED = "rejected"
+    """A person declined the approval: it will not happen."""
+
+    def is_terminal(self) -> bool:
+        return self in (ActionState.CONFIRMED, ActionState.FAILED, ActionState.REJECTED)
+
+    def can_become(self, new: ActionState) -> bool:
+        return new in ACTION_TRANSITIONS[self]
+
+    @classmethod
+    def sources_of(cls, new: ActionState) -> tuple[ActionState, ...]:
+        return tuple(s for s in cls if new in ACTION_TRANSITIONS[s])
+
+
+ACTION_TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
+    ActionState.PENDING_APPROVAL: frozenset({ActionState.INTENDED, ActionState.REJECTED}),
+    ActionState.INTENDED: frozenset({ActionState.ATTEMPTED}),
+    ActionState.ATTEMPTED: frozenset(
+        {ActionState.CONFIRMED, ActionState.FAILED, ActionState.OUTCOME_UNKNOWN}
+    ),
+    ActionState.OUTCOME_UNKNOWN: frozenset(
+        {ActionState.ATTEMPTED, ActionState.CONFIRMED, ActionState.FAILED, ActionState.INTENDED}
+    ),
+    ActionState.CONFIRMED: frozenset(),
+    ActionState.FAILED: frozenset(),
+    ActionState.REJECTED: frozenset(),
+}
+
+
+class FireDecision(StrEnum):
+    FIRED = "fired"
+    CAUGHT_UP = "caught_up"
+    SKIPPED_MISSED = "skipped_missed"
+    SKIPPED_OVERLAP = "skipped_overlap"
+    BUFFERED = "buffered"
+    CANCELLED_OTHER = "cancelled_other"

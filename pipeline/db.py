@@ -1,0 +1,79 @@
+"""Connections: the URLs in use (configured or embedded), one engine per process, sessions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from threading import Lock
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from pipeline.settings import Settings, get_settings
+
+_lock = Lock()
+_engines: dict[tuple[int, str], Engine] = {}
+_embedded_urls: dict[str, str] = {}
+
+
+def _embedded(settings: Settings) -> dict[str, str]:
+    """Start (or reuse) the embedded services for whichever URL is not configured."""
+    with _lock:
+        if not _embedded_urls:
+            from pipeline import embedded
+
+            _embedded_urls.update(
+                embedded.ensure_running(
+                    settings.data_dir,
+                    postgres=settings.database_url is None,
+                    redis=settings.broker_url is None,
+                )
+            )
+    return _embedded_urls
+
+
+def database_url(settings: Settings | None = None) -> str:
+    settings = settings or get_settings()
+    return settings.database_url or _embedded(settings)["postgres"]
+
+
+def broker_url(settings: Settings | None = None) -> str:
+    settings = settings or get_settings()
+    return settings.broker_url or _embedded(settings)["redis"]
+
+
+def get_engine(url: str | None = None) -> Engine:
+    """One engine (and connection pool) per process and URL; a forked child gets its own."""
+    url = url or database_url()
+    key = (os.getpid(), url)
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = create_engine(
+                url,
+                pool_pre_ping=True,  # PostgreSQL restarts must not poison the pool
+                pool_size=10,
+                max_overflow=20,
+                pool_recycle=1800,
+            )
+            _engines[key] = engine
+    return engine
+
+
+def session_factory(url: str | None = None) -> sessionmaker[Session]:
+    return sessionmaker(get_engine(url), expire_on_commit=False)
+
+
+@contextmanager
+def transaction(url: str | None = None) -> Iterator[Session]:
+    """A session inside one transaction: committed on success, rolled back on any exception."""
+    with session_factory(url).begin() as session:
+        yield session
+
+
+def dispose_all() -> None:
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()

@@ -1,0 +1,61 @@
+"""One root exception for nightshift; the docstring is each error's default message."""
+
+from __future__ import annotations
+
+
+class NightshiftError(Exception):
+    """nightshift failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class SettingsError(NightshiftError):
+    """A setting in the environment is missing or malformed."""
+
+
+class ServiceError(NightshiftError):
+    """An embedded service could not be started or reached."""
+
+
+class UnknownAgent(NightshiftError):
+    """No agent is registered under that name."""
+
+
+class InvalidInput(NightshiftError):
+    """The run's input does not match the agent's schema."""
+
+
+class InputTooLarge(InvalidInput):
+    """The run's input is larger than the configured limit."""
+
+
+class RunNotFound(NightshiftError):
+    """No run has that id."""
+
+
+class StatusConflict(NightshiftError):
+    """The record is not in a state that allows this transition."""
+
+
+class NonDeterminism(NightshiftError):
+    """The journal holds a different step than the code now asks for."""
+
+
+class TemporaryError(NightshiftError):
+    """A temporary failure that is worth retrying (timeout, connection, 429, 5xx)."""
+
+
+class PermanentError(NightshiftError):
+    """A failure that retrying cannot fix (400, 401, 403, 404, schema errors)."""
+
+
+class StopStep(BaseException):
+    """The step must stop now.
+
+    Derives from BaseException so that an agent's or tool's `except Exception` cannot swallow it.
+    """
+
+
+class LeaseLost(StopStep):
+    """Another worker holds this run now; this step may not write anything more."""

@@ -1,0 +1,136 @@
+"""Typed settings read from the environment; every knob the runtime has lives here."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import platformdirs
+
+from pipeline.errors import SettingsError
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+def _postgres_url(name: str, raw: str) -> str:
+    """Validate a PostgreSQL URL and pin SQLAlchemy to the psycopg 3 driver."""
+    parts = urlsplit(raw)
+    scheme = parts.scheme.split("+", 1)[0]
+    if scheme not in ("postgresql", "postgres") or not (parts.hostname or "host=" in parts.query):
+        raise SettingsError(
+            f"{name} must look like postgresql://user@host:5432/dbname (got a value with "
+            f"scheme {parts.scheme or 'none'!r} and host {parts.hostname or 'none'!r})"
+        )
+    return "postgresql+psycopg" + raw[len(parts.scheme) :]
+
+
+def _redis_url(name: str, raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise SettingsError(
+            f"{name} must look like redis://host:6379/0 (got a value with scheme "
+            f"{parts.scheme or 'none'!r} and host {parts.hostname or 'none'!r})"
+        )
+    return raw
+
+
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(
+            f"{name} must be a number of seconds or a count (got {raw!r})"
+        ) from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum:g} (got {raw!r})")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable. URLs are None when the embedded default should be used."""
+
+    database_url: str | None
+    broker_url: str | None
+    data_dir: Path
+    lease_seconds: float = 15.0
+    heartbeat_seconds: float = 5.0
+    tick_seconds: float = 2.0
+    step_time_limit: float = 600.0
+    visibility_timeout: float = 3600.0
+    worker_lost_max_retries: int = 3
+    worker_concurrency: int = 16
+    max_input_bytes: int = 64 * 1024
+    artifact_threshold_bytes: int = 16 * 1024
+    model_name: str = DEFAULT_MODEL
+    model_timeout_seconds: float = 120.0
+    anthropic_base_url: str | None = None
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    flower_basic_auth: str | None = field(default=None, repr=False)
+    crash_points: frozenset[str] = frozenset()
+    web_url: str | None = None
+    email_url: str | None = None
+    pricing_url: str | None = None
+    githost_url: str | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url is None or self.broker_url is None
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.data_dir / "artifacts"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        db = env.get("NIGHTSHIFT_DATABASE_URL") or None
+        broker = env.get("NIGHTSHIFT_BROKER_URL") or None
+        data_dir = env.get("NIGHTSHIFT_DATA_DIR") or platformdirs.user_data_dir("nightshift")
+        lease = _number(env, "NIGHTSHIFT_LEASE_SECONDS", 15.0, minimum=1.0)
+        step_limit = _number(env, "NIGHTSHIFT_STEP_TIME_LIMIT", 600.0, minimum=1.0)
+        visibility = _number(env, "NIGHTSHIFT_VISIBILITY_TIMEOUT", 3600.0, minimum=1.0)
+        if visibility <= step_limit:
+            raise SettingsError(
+                "NIGHTSHIFT_VISIBILITY_TIMEOUT must be above NIGHTSHIFT_STEP_TIME_LIMIT, "
+                f"or Redis redelivers running steps ({visibility:g} <= {step_limit:g})"
+            )
+        crash = env.get("NIGHTSHIFT_CRASH_POINTS", "")
+        return cls(
+            database_url=_postgres_url("NIGHTSHIFT_DATABASE_URL", db) if db else None,
+            broker_url=_redis_url("NIGHTSHIFT_BROKER_URL", broker) if broker else None,
+            data_dir=Path(data_dir).expanduser().resolve(),
+            lease_seconds=lease,
+            heartbeat_seconds=_number(env, "NIGHTSHIFT_HEARTBEAT_SECONDS", lease / 3, 0.1),
+            tick_seconds=_number(env, "NIGHTSHIFT_TICK_SECONDS", 2.0, minimum=0.5),
+            step_time_limit=step_limit,
+            visibility_timeout=visibility,
+            worker_lost_max_retries=int(_number(env, "NIGHTSHIFT_WORKER_LOST_MAX_RETRIES", 3)),
+            worker_concurrency=int(_number(env, "NIGHTSHIFT_WORKER_CONCURRENCY", 16, 1)),
+            max_input_bytes=int(_number(env, "NIGHTSHIFT_MAX_INPUT_BYTES", 64 * 1024, 1)),
+            artifact_threshold_bytes=int(
+                _number(env, "NIGHTSHIFT_ARTIFACT_THRESHOLD_BYTES", 16 * 1024, 1)
+            ),
+            model_name=env.get("NIGHTSHIFT_MODEL") or DEFAULT_MODEL,
+            model_timeout_seconds=_number(env, "NIGHTSHIFT_MODEL_TIMEOUT", 120.0, minimum=0.1),
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+            flower_basic_auth=env.get("NIGHTSHIFT_FLOWER_BASIC_AUTH") or None,
+            crash_points=frozenset(p.strip() for p in crash.split(",") if p.strip()),
+            web_url=env.get("NIGHTSHIFT_WEB_URL") or None,
+            email_url=env.get("NIGHTSHIFT_EMAIL_URL") or None,
+            pricing_url=env.get("NIGHTSHIFT_PRICING_URL") or None,
+            githost_url=env.get("NIGHTSHIFT_GITHOST_URL") or None,
+        )
+
+
+@cache
+def get_settings() -> Settings:
+    return Settings.from_env()

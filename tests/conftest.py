@@ -1,0 +1,105 @@
+"""Test fixtures: real PostgreSQL and Redis (configured, or the embedded default), a fresh
+database per test cloned from a migrated template, and real `celery worker` subprocesses.
+
+Configure with NIGHTSHIFT_DATABASE_URL / NIGHTSHIFT_BROKER_URL (CI does); with neither set,
+the embedded services are started. The tests use Redis database 9 of the broker and flush it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import redis
+
+from tests.support import ServiceUrls
+
+_counter = itertools.count()
+_SERVICES: ServiceUrls | None = None
+
+
+def _discover_services() -> ServiceUrls:
+    """The configured URLs, or the embedded default's (started here if needed)."""
+    db = os.environ.get("NIGHTSHIFT_DATABASE_URL")
+    broker = os.environ.get("NIGHTSHIFT_BROKER_URL")
+    if not (db and broker):
+        from pipeline import embedded
+        from pipeline.settings import Settings
+
+        urls = embedded.ensure_running(
+            Settings.from_env().data_dir, postgres=not db, redis=not broker
+        )
+        db = db or urls["postgres"]
+        broker = broker or urls["redis"]
+    parts = urlsplit(broker)
+    test_broker = urlunsplit(parts._replace(path="/9"))
+    return ServiceUrls(database=db, broker=test_broker)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _SERVICES
+    _SERVICES = _discover_services()
+    # Before anything imports celeryconfig: the app reads these once.
+    os.environ["NIGHTSHIFT_BROKER_URL"] = _SERVICES.broker
+    os.environ["NIGHTSHIFT_DATABASE_URL"] = _SERVICES.database
+    os.environ.setdefault("NIGHTSHIFT_LEASE_SECONDS", "4")
+    os.environ.setdefault("NIGHTSHIFT_HEARTBEAT_SECONDS", "1")
+    os.environ.setdefault("NIGHTSHIFT_TICK_SECONDS", "1")
+
+
+@pytest.fixture(scope="session")
+def services() -> ServiceUrls:
+    assert _SERVICES is not None
+    return _SERVICES
+
+
+def _admin(services: ServiceUrls) -> psycopg.Connection:
+    return psycopg.connect(services.admin_conninfo("postgres"), autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(services: ServiceUrls) -> Iterator[str]:
+    """A database migrated to head once per session; each test clones it."""
+    from pipeline.migrate import upgrade
+
+    name = f"ns_tpl_{os.getpid()}"
+    with _admin(services) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    upgrade(services.database_url(name))
+    from pipeline.db import dispose_all
+
+    dispose_all()
+    yield name
+    with _admin(services) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(
+    services: ServiceUrls, template_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """A fresh database for this test; the environment and settings point at it."""
+    from pipeline.db import dispose_all
+    from pipeline.settings import get_settings
+
+    name = f"ns_t_{os.getpid()}_{next(_counter)}"
+    with _admin(services) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    url = services.database_url(name)
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
+    monkeypatch.setenv("NIGHTSHIFT_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    client = redis.Redis.from_url(services.broker)
+    client.flushdb()
+    client.close()
+    yield url
+    dispose_all()
+    get_settings.cache_clear()
+    with _admin(services) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

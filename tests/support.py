@@ -1,0 +1,59 @@
+"""Helpers for tests: service URLs and polling. Worker processes: pipeline.processes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy import select
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ServiceUrls:
+    database: str
+    broker: str
+
+    def database_url(self, name: str) -> str:
+        parts = urlsplit(self.database)
+        scheme = "postgresql+psycopg"
+        return urlunsplit(parts._replace(scheme=scheme, path=f"/{name}"))
+
+    def admin_conninfo(self, name: str) -> str:
+        parts = urlsplit(self.database)
+        return urlunsplit(parts._replace(scheme="postgresql", path=f"/{name}"))
+
+
+def wait_for(
+    probe: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "condition"
+) -> T:
+    """Poll until probe() returns something truthy; fail with `what` after the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def run_row(run_id: uuid.UUID) -> Any:
+    from models import Run
+    from pipeline.db import transaction
+
+    with transaction() as session:
+        return session.execute(select(Run).where(Run.id == run_id)).scalar_one()
+
+
+def wait_for_status(run_id: uuid.UUID, statuses: set[str], timeout: float = 60.0) -> Any:
+    def probe() -> Any:
+        row = run_row(run_id)
+        return row if row.status in statuses else None
+
+    return wait_for(probe, timeout=timeout, interval=0.2, what=f"run {run_id} to reach {statuses}")

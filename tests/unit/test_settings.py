@@ -1,0 +1,54 @@
+"""Settings come from the environment; bad values name the variable that is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import SettingsError
+from pipeline.settings import Settings
+
+
+def test_defaults_leave_urls_unset_for_the_embedded_services(tmp_path) -> None:
+    settings = Settings.from_env({"NIGHTSHIFT_DATA_DIR": str(tmp_path)})
+    assert settings.database_url is None and settings.broker_url is None
+    assert settings.embedded
+    assert settings.data_dir == tmp_path
+    assert settings.heartbeat_seconds == pytest.approx(settings.lease_seconds / 3)
+
+
+def test_postgres_urls_are_pinned_to_psycopg() -> None:
+    settings = Settings.from_env(
+        {
+            "NIGHTSHIFT_DATABASE_URL": "postgresql://u@db:5432/x",
+            "NIGHTSHIFT_BROKER_URL": "redis://r:6379/0",
+        }
+    )
+    assert settings.database_url == "postgresql+psycopg://u@db:5432/x"
+    assert not settings.embedded
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("NIGHTSHIFT_DATABASE_URL", "mysql://u@db/x"),
+        ("NIGHTSHIFT_DATABASE_URL", "not a url"),
+        ("NIGHTSHIFT_BROKER_URL", "amqp://guest@rabbit//"),
+        ("NIGHTSHIFT_LEASE_SECONDS", "soon"),
+    ],
+)
+def test_a_malformed_value_names_its_variable(variable: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=variable) as error:
+        Settings.from_env({variable: value})
+    assert "\n" not in str(error.value)
+
+
+def test_the_visibility_timeout_must_exceed_the_step_time_limit() -> None:
+    with pytest.raises(SettingsError, match="NIGHTSHIFT_VISIBILITY_TIMEOUT"):
+        Settings.from_env(
+            {"NIGHTSHIFT_STEP_TIME_LIMIT": "900", "NIGHTSHIFT_VISIBILITY_TIMEOUT": "600"}
+        )
+
+
+def test_secrets_stay_out_of_the_repr() -> None:
+    settings = Settings.from_env({"ANTHROPIC_API_KEY": "sk-ant-secret-value"})
+    assert "sk-ant-secret-value" not in repr(settings)
