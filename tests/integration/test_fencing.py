@@ -1,0 +1,83 @@
+"""A writer holding an old fence can change nothing: not the run, its journal or its actions."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import func, insert, select, text, update
+
+from models import Action, ActionState, JournalEntry, Run
+from pipeline.db import transaction
+from pipeline.errors import LeaseLost
+from pipeline.leases import claim, fenced, renew
+from pipeline.runs import create_run_txn
+
+RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
+
+
+def new_run() -> uuid.UUID:
+    with transaction() as session:
+        return create_run_txn(session, "nightly_report", RUN_INPUT).run_id
+
+
+def expire_lease(run_id: uuid.UUID) -> None:
+    with transaction() as session:
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(lease_expires_at=func.now() - text("interval '1 second'"))
+        )
+
+
+def test_claim_bumps_the_fence_and_a_live_lease_refuses_a_second_claim(db_url: str) -> None:
+    run_id = new_run()
+    first = claim(run_id, "worker-a", lease_seconds=30)
+    assert first is not None and first.fence == 1
+    assert claim(run_id, "worker-b", lease_seconds=30) is None
+    assert renew(first, lease_seconds=30)
+
+
+def test_a_stale_fence_cannot_write_the_run_the_journal_or_an_action(db_url: str) -> None:
+    # given worker A held the run, and B took over after A's lease expired
+    run_id = new_run()
+    stale = claim(run_id, "worker-a", lease_seconds=30)
+    assert stale is not None
+    expire_lease(run_id)
+    current = claim(run_id, "worker-b", lease_seconds=30)
+    assert current is not None and current.fence == stale.fence + 1
+
+    # when A tries to write the run, the journal, or an action
+    with pytest.raises(LeaseLost), fenced(stale) as session:
+        session.execute(update(Run).where(Run.id == run_id).values(step=99))
+    with pytest.raises(LeaseLost), fenced(stale) as session:
+        session.execute(
+            insert(JournalEntry).values(
+                run_id=run_id, key="model:0", step=0, step_name="ask_model", payload={}
+            )
+        )
+    with pytest.raises(LeaseLost), fenced(stale) as session:
+        session.execute(
+            insert(Action).values(
+                idempotency_key="k1", run_id=run_id, tool="t", service="s", args={},
+                state=ActionState.INTENDED,
+            )
+        )  # fmt: skip
+
+    # then nothing of A's landed, A cannot renew, and B still writes
+    assert not renew(stale, lease_seconds=30)
+    with transaction() as session:
+        assert session.scalar(select(Run.step).where(Run.id == run_id)) == 0
+        assert session.scalar(select(func.count()).select_from(JournalEntry)) == 0
+        assert session.scalar(select(func.count()).select_from(Action)) == 0
+    with fenced(current) as session:
+        session.execute(update(Run).where(Run.id == run_id).values(step=1))
+    with transaction() as session:
+        assert session.scalar(select(Run.step).where(Run.id == run_id)) == 1
+
+
+def test_a_run_that_is_not_running_cannot_be_claimed(db_url: str) -> None:
+    run_id = new_run()
+    with transaction() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(status="waiting"))
+    assert claim(run_id, "worker-a", lease_seconds=30) is None
