@@ -1,0 +1,204 @@
+"""Enough of the Anthropic Messages API for the real `anthropic` SDK, with injectable faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pipeline.sandbox.base import SandboxServer, seconds_field
+from pipeline.sandbox.responders import Responder, content_blocks, default_responder, new_id
+from pipeline.sandbox.transport import Hangup, Rejected, Request, Response
+
+Fault = int | Literal["timeout", "disconnect"]
+"""An HTTP error status to answer with, or a reply that never comes (timeout: after a pause)."""
+
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+class MessagesSandbox(SandboxServer):
+    """`POST /v1/messages` (non-streaming). Every request is logged, faults included.
+
+    Control: `POST /_control/faults {"faults": [429, 529, 500, 400, "timeout", "disconnect"],
+    "timeout_seconds"?}` queues one fault per coming request; `POST /_control/latency
+    {"seconds"}`; `GET /_control/stats` -> `{"requests", "faults_served", "faults_queued"}`.
+    """
+
+    service = "messages"
+
+    def __init__(
+        self,
+        *,
+        responder: Responder = default_responder,
+        latency_seconds: float = 0.0,
+        timeout_seconds: float = 5.0,
+        log_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(log_path=log_path)
+        self.responder = responder
+        self.delay_seconds = latency_seconds
+        self.timeout_seconds = timeout_seconds
+        """How long a "timeout" fault holds the request before hanging up."""
+        self._faults: deque[Fault] = deque()
+        self._requests = self._faults_served = 0
+        self._lock = threading.Lock()
+        self._responder_lock = threading.Lock()  # scripted responders need not be thread-safe
+        self.route("POST", "/v1/messages", self._create)
+        self.route("POST", "/_control/faults", self._queue_faults)
+        self.route("POST", "/_control/latency", self._set_delay)
+        self.route("GET", "/_control/stats", lambda _: Response(200, self.stats()))
+
+    def inject(self, faults: Iterable[Fault]) -> None:
+        queued = list(faults)
+        for fault in queued:
+            if not (
+                fault in ("timeout", "disconnect") or (type(fault) is int and 400 <= fault < 600)
+            ):
+                raise ValueError(f"not a fault: {fault!r}")
+        with self._lock:
+            self._faults.extend(queued)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "requests": self._requests,
+                "faults_served": self._faults_served,
+                "faults_queued": len(self._faults),
+            }
+
+    def reset(self) -> None:
+        super().reset()
+        with self._lock:
+            self._faults.clear()
+
+    def error_body(self, status: int, message: str, extra: dict[str, Any]) -> Any:
+        kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def _create(self, request: Request) -> Response:
+        with self._lock:
+            self._requests += 1
+            seq = self._requests
+            fault = self._faults.popleft() if self._faults else None
+            if fault is not None:
+                self._faults_served += 1
+        body = request.body if isinstance(request.body, dict) else {}
+        metadata, history = body.get("metadata"), body.get("messages")
+        seen = {
+            "seq": seq,
+            "model": body.get("model"),
+            "messages": len(history) if isinstance(history, list) else 0,
+            "user_id": metadata.get("user_id") if isinstance(metadata, dict) else None,
+        }
+        if fault in ("timeout", "disconnect"):
+            self.record(**seen, status=None, fault=fault, stop_reason=None)
+            self.sleep(self.timeout_seconds if fault == "timeout" else 0)
+            raise Hangup
+        if isinstance(fault, int):
+            self.record(**seen, status=fault, fault=fault, stop_reason=None)
+            raise Rejected(fault, f"injected {ERROR_TYPES.get(fault, 'error')} ({fault})")
+        try:
+            _validate(request)
+            with self._responder_lock:
+                message = self._complete(self.responder(body), body)
+        except Exception as e:  # a refusal, or a responder that failed: a 500 to the client
+            status = e.status if isinstance(e, Rejected) else 500
+            self.record(**seen, status=status, fault=None, stop_reason=None)
+            raise
+        self.record(**seen, status=200, fault=None, stop_reason=message["stop_reason"])
+        return Response(200, message, {"request-id": new_id("req")})
+
+    def _complete(self, reply: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+        content = [dict(block) for block in reply.get("content") or []]
+        for block in content:
+            if block.get("type") == "tool_use":
+                block.setdefault("id", new_id("toolu"))
+        uses_tool = any(block.get("type") == "tool_use" for block in content)
+        return {
+            "id": new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "model": request["model"],
+            "stop_reason": "tool_use" if uses_tool else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": _tokens(request), "output_tokens": _tokens(content)},
+            **reply,
+            "content": content,
+        }
+
+    def _queue_faults(self, request: Request) -> Response:
+        body = request.json_object()
+        faults = body.get("faults")
+        if not isinstance(faults, list):
+            raise Rejected(400, "'faults' must be a list")
+        if "timeout_seconds" in body:
+            self.timeout_seconds = seconds_field(body, "timeout_seconds")
+        try:
+            self.inject(faults)
+        except ValueError as e:
+            raise Rejected(400, str(e)) from None
+        return Response(200, self.stats())
+
+
+def _is_fault(value: object) -> bool:
+    if value in ("timeout", "disconnect"):
+        return True
+    return type(value) is int and 400 <= value < 600
+
+
+def _validate(request: Request) -> None:
+    """The checks of the real API that catch a runtime's mistakes in the history it rebuilds."""
+    if not (request.header("x-api-key") or request.header("authorization")):
+        raise Rejected(401, "x-api-key header is required")
+    body = request.json_object()
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise Rejected(400, "model: Field required")
+    if isinstance(body.get("max_tokens"), bool) or not isinstance(body.get("max_tokens"), int):
+        raise Rejected(400, "max_tokens: Field required")
+    if body.get("stream"):
+        raise Rejected(400, "stream: the sandbox answers non-streaming requests only")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise Rejected(400, "messages: at least one message is required")
+    pending: set[str] = set()  # tool_use ids the next message must answer
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise Rejected(400, f"messages.{i}: role must be 'user' or 'assistant'")
+        blocks = content_blocks(message)
+        answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+        if answered - pending:
+            raise Rejected(
+                400,
+                f"messages.{i}: unexpected `tool_use_id` found in `tool_result` "
+                f"blocks: {', '.join(sorted(map(str, answered - pending)))}",
+            )
+        if pending - answered:
+            raise Rejected(
+                400,
+                f"messages.{i - 1}: `tool_use` ids were found without "
+                f"`tool_result` blocks immediately after: {', '.join(sorted(pending))}",
+            )
+        pending = {b["id"] for b in blocks if b.get("type") == "tool_use" and "id" in b}
+    if pending:
+        raise Rejected(
+            400,
+            f"messages.{len(messages) - 1}: `tool_use` ids were found without "
+            f"`tool_result` blocks immediately after: {', '.join(sorted(pending))}",
+        )
+
+
+def _tokens(value: Any) -> int:
+    """A rough, deterministic token count (about four characters a token)."""
+    return max(1, len(json.dumps(value)) // 4)
