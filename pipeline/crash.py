@@ -1,0 +1,35 @@
+"""Named crash points for tests and chaos runs: the worker process dies abruptly right there.
+
+Enabled only through NIGHTSHIFT_CRASH_POINTS (comma-separated names); empty in production.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from pipeline.settings import get_settings
+
+POINTS = frozenset(
+    {
+        "after_intended",
+        "after_attempted",
+        "after_send_before_reply",
+        "after_confirmed",
+        "after_model_journaled",
+        "after_tool_journaled",
+        "before_checkpoint",
+        "after_checkpoint_before_enqueue",
+    }
+)
+
+
+def crash_point(name: str) -> None:
+    if name not in POINTS:
+        raise ValueError(f"unknown crash point {name!r}")
+    if name in get_settings().crash_points:
+        logging.getLogger("nightshift.crash").warning(
+            "crash point %s: killing pid %d", name, os.getpid()
+        )
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,272 @@
+"""One durable step: claim -> limits -> model (journaled) -> tools (journaled) -> checkpoint.
+
+The step returns what should happen next; the task sends the next message after the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from models import Run, RunStatus
+from pipeline import journal as jr
+from pipeline.agents import get_agent
+from pipeline.agents.base import Agent, Conversation
+from pipeline.crash import crash_point
+from pipeline.db import transaction
+from pipeline.errors import (
+    LeaseLost,
+    NightshiftError,
+    NonDeterminism,
+    PermanentError,
+    TemporaryError,
+)
+from pipeline.leases import Heartbeat, Lease, claim, fenced
+from pipeline.llm import Model, Reply, model_for
+from pipeline.retry import RetryPolicy, call_with_retries
+from pipeline.settings import Settings, get_settings
+from pipeline.toolcalls import ToolCall, run_tool_call
+
+log = logging.getLogger("nightshift.engine")
+
+MODEL_RETRY = RetryPolicy(attempts=6, base_seconds=0.5, cap_seconds=15.0)
+SUCCESS_CHECK_NOTE = (
+    "The success check failed: the task is not finished yet. Keep going and complete it."
+)
+
+
+class Outcome(StrEnum):
+    SKIPPED = "skipped"
+    """Another worker holds the run, or it is not runnable: a normal duplicate delivery."""
+    CONTINUE = "continue"
+    """A step was checkpointed; send the next one."""
+    STOPPED = "stopped"
+    """The run reached a terminal or waiting status."""
+    LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    outcome: Outcome
+    run_id: uuid.UUID
+    agent: str | None = None
+    step: int | None = None
+    batch: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """The run as this step found it after claiming."""
+
+    id: uuid.UUID
+    agent: str
+    input: dict[str, Any]
+    step: int
+    max_steps: int
+    state: dict[str, Any]
+    batch_id: str | None
+    cancel_requested: bool
+    deadline_passed: bool
+
+
+def execute_step(run_id: uuid.UUID, owner: str, settings: Settings | None = None) -> StepResult:
+    settings = settings or get_settings()
+    lease = claim(run_id, owner, settings.lease_seconds)
+    if lease is None:
+        log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
+        return StepResult(Outcome.SKIPPED, run_id)
+    with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
+        try:
+            return StepRunner(lease, heartbeat, settings).run()
+        except LeaseLost as exc:
+            log.warning("run %s: %s; stopping without writing", run_id, exc)
+            return StepResult(Outcome.LEASE_LOST, run_id)
+
+
+class StepRunner:
+    def __init__(self, lease: Lease, heartbeat: Heartbeat, settings: Settings) -> None:
+        self.lease = lease
+        self.heartbeat = heartbeat
+        self.settings = settings
+        self.model: Model = model_for(settings)
+
+    def run(self) -> StepResult:
+        run, journal = self._load()
+        try:
+            agent = get_agent(run.agent)
+        except NightshiftError as exc:
+            return self._finish(run, RunStatus.FAILED, "unknown_agent", error=str(exc))
+        stop = self._limit_reached(run)
+        if stop is not None:
+            status, reason = stop
+            return self._finish(run, status, reason, error=f"stopped: {reason}")
+        log.info(
+            "run %s agent=%s step=%d fence=%d: working",
+            run.id,
+            run.agent,
+            run.step,
+            self.lease.fence,
+        )
+        try:
+            return self._step(run, agent, journal)
+        except NonDeterminism as exc:
+            return self._finish(run, RunStatus.FAILED, "non_determinism", error=str(exc))
+        except PermanentError as exc:
+            return self._finish(
+                run, RunStatus.FAILED, "model_error", error=f"model call failed: {exc}"
+            )
+        except TemporaryError as exc:
+            return self._finish(
+                run,
+                RunStatus.FAILED,
+                "model_unavailable",
+                error=f"model unavailable after {MODEL_RETRY.attempts} attempts: {exc}",
+            )
+
+    def _load(self) -> tuple[RunSnapshot, jr.Journal]:
+        with transaction() as session:
+            row = session.execute(
+                select(
+                    Run.id,
+                    Run.agent,
+                    Run.input,
+                    Run.step,
+                    Run.max_steps,
+                    Run.state,
+                    Run.batch_id,
+                    Run.cancel_requested,
+                    Run.deadline,
+                ).where(Run.id == self.lease.run_id)
+            ).one()
+            now = session.execute(select(func.now())).scalar_one()
+            journal = jr.Journal.load_txn(session, row.id)
+        snapshot = RunSnapshot(
+            id=row.id,
+            agent=row.agent,
+            input=row.input,
+            step=row.step,
+            max_steps=row.max_steps,
+            state=row.state,
+            batch_id=row.batch_id,
+            cancel_requested=row.cancel_requested,
+            deadline_passed=row.deadline is not None and row.deadline <= now,
+        )
+        return snapshot, journal
+
+    def _limit_reached(self, run: RunSnapshot) -> tuple[RunStatus, str] | None:
+        if run.cancel_requested:
+            return RunStatus.CANCELLED, "cancelled"
+        if run.deadline_passed:
+            return RunStatus.FAILED, "deadline"
+        if run.step >= run.max_steps:
+            return RunStatus.FAILED, "max_steps"
+        return None
+
+    def _step(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
+        messages = journal.messages(agent, run.input, before_step=run.step)
+        reply = self._model_reply(run, agent, journal, messages)
+        uses = [b for b in reply["content"] if b["type"] == "tool_use"]
+        for block in uses:
+            self.heartbeat.check()
+            run_tool_call(
+                ToolCall(self.lease, run.id, run.agent, run.step, run.input, block),
+                agent,
+                journal,
+                self.settings,
+                self.heartbeat,
+            )
+        if uses:
+            return self._checkpoint(run, reply, tool_calls=len(uses))
+        messages = journal.messages(agent, run.input, before_step=run.step + 1)
+        conversation = Conversation(input=run.input, messages=messages, state=run.state)
+        if agent.check_success is not None and not agent.check_success(conversation):
+            with fenced(self.lease) as session:
+                journal.append_txn(
+                    session,
+                    jr.note_key(run.step),
+                    run.step,
+                    jr.NOTE_STEP,
+                    {"text": SUCCESS_CHECK_NOTE},
+                )
+            log.info("run %s step=%d: success check failed; continuing", run.id, run.step)
+            return self._checkpoint(run, reply, tool_calls=0)
+        result = {"text": conversation.last_text(), "state": run.state}
+        return self._finish(run, RunStatus.SUCCEEDED, "completed", result=result, reply=reply)
+
+    def _model_reply(
+        self, run: RunSnapshot, agent: Agent, journal: jr.Journal, messages: list[dict[str, Any]]
+    ) -> Reply:
+        key = jr.model_key(run.step)
+        journaled = journal.replay(key, jr.MODEL_STEP)
+        if journaled is not None:
+            log.info("run %s step=%d: model reply replayed from the journal", run.id, run.step)
+            return journaled
+        self.heartbeat.check()
+        reply = call_with_retries(
+            lambda: self.model.reply(agent, messages),
+            MODEL_RETRY,
+            before_retry=self.heartbeat.check,
+        )
+        with fenced(self.lease) as session:
+            journal.append_txn(session, key, run.step, jr.MODEL_STEP, reply)
+        crash_point("after_model_journaled")
+        return reply
+
+    def _checkpoint(self, run: RunSnapshot, reply: Reply, tool_calls: int) -> StepResult:
+        """Commit the step and release the lease so the next step's message can claim at once."""
+        crash_point("before_checkpoint")
+        usage = reply.get("usage") or {}
+        with fenced(self.lease) as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run.id)
+                .values(
+                    step=Run.step + 1,
+                    tool_calls=Run.tool_calls + tool_calls,
+                    input_tokens=Run.input_tokens + int(usage.get("input_tokens", 0)),
+                    output_tokens=Run.output_tokens + int(usage.get("output_tokens", 0)),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+            )
+        log.info("run %s step=%d: checkpointed", run.id, run.step)
+        return StepResult(Outcome.CONTINUE, run.id, run.agent, run.step + 1, run.batch_id)
+
+    def _finish(
+        self,
+        run: RunSnapshot,
+        status: RunStatus,
+        reason: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        reply: Reply | None = None,
+    ) -> StepResult:
+        usage = (reply or {}).get("usage") or {}
+        steps_done = 1 if reply is not None else 0
+        with fenced(self.lease) as session:
+            changed = session.execute(
+                update(Run)
+                .where(Run.id == run.id, Run.status.in_(RunStatus.sources_of(status)))
+                .values(
+                    status=status,
+                    stop_reason=reason,
+                    result=result,
+                    error=error,
+                    step=Run.step + steps_done,
+                    input_tokens=Run.input_tokens + int(usage.get("input_tokens", 0)),
+                    output_tokens=Run.output_tokens + int(usage.get("output_tokens", 0)),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    finished_at=func.now() if status.is_terminal() else None,
+                )
+            ).rowcount  # type: ignore[attr-defined]
+        log.info("run %s: %s (%s)%s", run.id, status, reason, f": {error}" if error else "")
+        if not changed:
+            log.warning("run %s: status changed under us; %s not recorded", run.id, status)
+        return StepResult(Outcome.STOPPED, run.id, run.agent, run.step, run.batch_id)

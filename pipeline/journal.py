@@ -1,0 +1,121 @@
+"""Record and replay: every model reply and tool result is journaled before it is acted on."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from models import JournalEntry
+from pipeline.agents.base import Agent, Block, Message
+from pipeline.errors import NonDeterminism
+
+MODEL_STEP = "ask_model"
+NOTE_STEP = "note"
+
+
+def model_key(step: int) -> str:
+    return f"model:{step}"
+
+
+def tool_key(tool_use_id: str) -> str:
+    return f"tool:{tool_use_id}"
+
+
+def note_key(step: int) -> str:
+    return f"note:{step}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    step: int
+    step_name: str
+    payload: dict[str, Any]
+
+
+class Journal:
+    """A run's journal as loaded at the start of a step, plus what this step adds."""
+
+    def __init__(self, run_id: uuid.UUID, entries: list[Entry]) -> None:
+        self.run_id = run_id
+        self.entries = entries
+        self._by_key = {e.key: e for e in entries}
+
+    @classmethod
+    def load_txn(cls, session: Session, run_id: uuid.UUID) -> Journal:
+        rows = session.execute(
+            select(
+                JournalEntry.key, JournalEntry.step, JournalEntry.step_name, JournalEntry.payload
+            )
+            .where(JournalEntry.run_id == run_id)
+            .order_by(JournalEntry.id)
+        ).all()
+        return cls(run_id, [Entry(r.key, r.step, r.step_name, r.payload) for r in rows])
+
+    def replay(self, key: str, step_name: str) -> dict[str, Any] | None:
+        """The journaled payload for `key` or None; another step name means the code changed."""
+        entry = self._by_key.get(key)
+        if entry is None:
+            return None
+        if entry.step_name != step_name:
+            raise NonDeterminism(
+                f"run {self.run_id}: journal entry {key!r} was written by step {entry.step_name!r} "
+                f"but the code now asks for {step_name!r}; the agent changed under a running run"
+            )
+        return entry.payload
+
+    def append_txn(
+        self, session: Session, key: str, step: int, step_name: str, payload: dict[str, Any]
+    ) -> None:
+        """Insert inside the caller's fenced transaction; remembered once that commits."""
+        session.execute(
+            insert(JournalEntry).values(
+                run_id=self.run_id, key=key, step=step, step_name=step_name, payload=payload
+            )
+        )
+        entry = Entry(key, step, step_name, payload)
+        self.entries.append(entry)
+        self._by_key[key] = entry
+
+    def messages(self, agent: Agent, run_input: dict[str, Any], before_step: int) -> list[Message]:
+        """Rebuild the conversation from the journal instead of storing it again each step."""
+        messages: list[Message] = [agent.first_message(run_input)]
+        for step in range(before_step):
+            reply = self._by_key.get(model_key(step))
+            if reply is None:
+                continue
+            content = reply.payload["content"]
+            messages.append({"role": "assistant", "content": content})
+            user = self._results_for(content) + self._note_for(step)
+            if user:
+                messages.append({"role": "user", "content": user})
+        return messages
+
+    def _results_for(self, content: list[Block]) -> list[Block]:
+        blocks = []
+        for block in content:
+            if block["type"] != "tool_use":
+                continue
+            entry = self._by_key.get(tool_key(block["id"]))
+            if entry is not None:
+                blocks.append(tool_result_block(entry.payload))
+        return blocks
+
+    def _note_for(self, step: int) -> list[Block]:
+        entry = self._by_key.get(note_key(step))
+        return [{"type": "text", "text": entry.payload["text"]}] if entry else []
+
+
+def tool_result_block(payload: dict[str, Any]) -> Block:
+    block: Block = {
+        "type": "tool_result",
+        "tool_use_id": payload["tool_use_id"],
+        "content": payload["content"],
+    }
+    if payload.get("is_error"):
+        block["is_error"] = True
+    return block

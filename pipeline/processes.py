@@ -1,0 +1,94 @@
+"""Real celery worker and beat processes, started and stopped the same way by the demo,
+the chaos harness and the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+@dataclass
+class CeleryProcess:
+    """A real `celery -A pipeline worker` process (or beat, with `beat=True`)."""
+
+    name: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    concurrency: int = 4
+    pool: str = "threads"
+    beat: bool = False
+    process: subprocess.Popen[bytes] | None = None
+    _log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    def argv(self) -> list[str]:
+        celery = [sys.executable, "-m", "celery", "-A", "pipeline"]
+        if self.beat:
+            schedule = self.log_path.with_suffix(".schedule")
+            return [*celery, "beat", "--loglevel=INFO", f"--schedule={schedule}"]
+        return [
+            *celery, "worker", "-n", f"{self.name}@%h", "--loglevel=INFO",
+            f"--pool={self.pool}", f"--concurrency={self.concurrency}",
+            "--without-mingle", "--without-gossip",
+        ]  # fmt: skip
+
+    def start(self, wait: bool = True) -> CeleryProcess:
+        argv = self.argv()
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        self._log_file = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            argv, env=env, stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        if wait:
+            deadline = time.monotonic() + 60
+            while not self.ready():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} did not start:\n{self.log()[-3000:]}")
+                time.sleep(0.1)
+        return self
+
+    def ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited early:\n{self.log()[-3000:]}")
+        return ("beat: Starting" if self.beat else " ready.") in self.log()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def signal(self, sig: signal.Signals) -> None:
+        os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (its process group: pool children die too)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGCONT)
+                os.killpg(self.pid, signal.SIGTERM)
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        if self._log_file is not None:
+            self._log_file.close()
+
+    def exited(self) -> bool:
+        return self.process is not None and self.process.poll() is not None

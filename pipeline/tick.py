@@ -1,0 +1,76 @@
+"""The tick: find runs that should be moving and are not, and hand them to a worker.
+
+Runs whose worker died (lease expired), runs left without a message (a crash between the
+checkpoint's commit and the enqueue) and waiting runs whose timer is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from pipeline.db import transaction
+from pipeline.handoff import enqueue_step
+from pipeline.settings import Settings, get_settings
+
+log = logging.getLogger("nightshift.tick")
+
+# Orphans: running, and either the lease expired or there is none and nothing happened for a
+# while (a step hands off by clearing its lease; a message normally claims within the grace).
+_ORPHANS = text(
+    """
+    WITH picked AS (
+        SELECT id FROM runs
+         WHERE status = 'running'
+           AND (lease_expires_at < now()
+                OR (lease_expires_at IS NULL
+                    AND updated_at < now() - make_interval(secs => :grace)))
+         ORDER BY updated_at
+         LIMIT :limit
+         FOR UPDATE SKIP LOCKED
+    )
+    UPDATE runs SET lease_expires_at = NULL, lease_owner = NULL, updated_at = now()
+      FROM picked WHERE runs.id = picked.id
+    RETURNING runs.id, runs.agent, runs.step, runs.batch_id
+    """
+)
+
+_DUE_TIMERS = text(
+    """
+    WITH picked AS (
+        SELECT id FROM runs
+         WHERE status = 'waiting' AND wake_at <= now()
+         ORDER BY wake_at
+         LIMIT :limit
+         FOR UPDATE SKIP LOCKED
+    )
+    UPDATE runs SET status = 'running', wake_at = NULL, waiting_on = NULL,
+                    lease_expires_at = NULL, lease_owner = NULL, updated_at = now()
+      FROM picked WHERE runs.id = picked.id
+    RETURNING runs.id, runs.agent, runs.step, runs.batch_id
+    """
+)
+
+
+@dataclass(frozen=True)
+class TickReport:
+    resumed: list[uuid.UUID]
+    woken: list[uuid.UUID]
+
+
+def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
+    settings = settings or get_settings()
+    with transaction() as session:
+        orphans = session.execute(_ORPHANS, {"grace": settings.lease_seconds, "limit": limit}).all()
+        due = session.execute(_DUE_TIMERS, {"limit": limit}).all()
+    # Only after the commit: a step that claims must see the rows as updated here.
+    for row in [*orphans, *due]:
+        enqueue_step(row.id, agent=row.agent, step=row.step, batch=row.batch_id)
+    if orphans:
+        log.info("tick: resumed %d run(s) with no live worker", len(orphans))
+    if due:
+        log.info("tick: woke %d run(s) whose timer is due", len(due))
+    return TickReport([r.id for r in orphans], [r.id for r in due])

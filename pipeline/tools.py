@@ -1,0 +1,115 @@
+"""The tool registry: name, description, JSON schema, and whether a tool touches the world."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class ArtifactRequest:
+    """A tool's output that should be kept as a file rather than inline in the journal."""
+
+    name: str
+    content: str
+    media_type: str = "text/plain"
+
+
+ToolOutput = dict[str, Any] | str | ArtifactRequest
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the call: never a session, never a lease."""
+
+    run_id: uuid.UUID
+    agent: str
+    tool_use_id: str
+    settings: Settings
+    run_input: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SideEffect:
+    """How a side-effecting tool talks to its service, for the action protocol."""
+
+    service: str
+    key: Callable[[dict[str, Any], ToolContext], str]
+    """Builds the idempotency key from what the action means."""
+    honours_keys: bool = False
+    key_retention: timedelta | None = None
+    lookup: Callable[[str, ToolContext], ToolOutput | None] | None = None
+    """Asks the service what happened under a key: its result, or None if nothing happened."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    fn: Callable[[dict[str, Any], ToolContext], ToolOutput]
+    side_effect: SideEffect | None = None
+    requires_approval: bool = False
+    validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Draft202012Validator.check_schema(self.input_schema)
+        object.__setattr__(self, "validator", Draft202012Validator(self.input_schema))
+
+    @property
+    def has_side_effects(self) -> bool:
+        return self.side_effect is not None
+
+    def argument_errors(self, args: object) -> list[str]:
+        """Human-readable schema violations, empty when the arguments are valid."""
+        errors = sorted(self.validator.iter_errors(args), key=lambda e: list(e.path))
+        return [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors]
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as the Messages API expects it."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def tool(
+    *,
+    description: str,
+    schema: dict[str, Any],
+    name: str | None = None,
+    side_effect: SideEffect | None = None,
+    requires_approval: bool = False,
+) -> Callable[[Callable[[dict[str, Any], ToolContext], ToolOutput]], Tool]:
+    """Register a function as a tool the model may call."""
+
+    def register(fn: Callable[[dict[str, Any], ToolContext], ToolOutput]) -> Tool:
+        registered = Tool(
+            name=name or fn.__name__,
+            description=description,
+            input_schema=schema,
+            fn=fn,
+            side_effect=side_effect,
+            requires_approval=requires_approval,
+        )
+        if registered.name in REGISTRY:
+            raise ValueError(f"a tool named {registered.name!r} is already registered")
+        REGISTRY[registered.name] = registered
+        return registered
+
+    return register
+
+
+def get_tool(name: str) -> Tool | None:
+    return REGISTRY.get(name)

@@ -1,0 +1,59 @@
+"""Fixtures for tests that run real worker and beat processes against the sandbox services."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.llm import agent_responder
+from pipeline.processes import CeleryProcess
+from pipeline.sandbox.messages_api import MessagesSandbox
+from pipeline.sandbox.web import WebSandbox
+
+
+@dataclass
+class Sandbox:
+    web: WebSandbox
+    messages: MessagesSandbox
+
+
+@pytest.fixture
+def sandbox(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    """Web and Messages API services; workers use the real anthropic SDK against the latter."""
+    from pipeline.settings import get_settings
+
+    web = WebSandbox(log_path=tmp_path / "web.jsonl").start()
+    messages = MessagesSandbox(
+        responder=agent_responder, log_path=tmp_path / "messages.jsonl"
+    ).start()
+    monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-secret")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", messages.url)
+    monkeypatch.setenv("NIGHTSHIFT_MODEL_TIMEOUT", "2")
+    get_settings.cache_clear()
+    yield Sandbox(web, messages)
+    messages.stop()
+    web.stop()
+
+
+ProcessFactory = Callable[..., CeleryProcess]
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[ProcessFactory]:
+    """Start real celery worker/beat processes; all are stopped at the end of the test."""
+    started: list[CeleryProcess] = []
+
+    def start(name: str, *, beat: bool = False, wait: bool = True, **options: Any) -> CeleryProcess:
+        log_path = tmp_path / f"{name}.log"
+        process = CeleryProcess(name=name, log_path=log_path, beat=beat, **options)
+        started.append(process)
+        return process.start(wait=wait)
+
+    yield start
+    for process in started:
+        process.stop()
