@@ -3,16 +3,20 @@
 from models.action import Action
 from models.artifact import Artifact
 from models.base import Base
+from models.batch import Alert, Batch
 from models.journal import JournalEntry
 from models.run import Run
 from models.schedule import Event, ScheduleFire
-from models.status import ActionState, FireDecision, RunStatus
+from models.status import ActionState, BatchStatus, FireDecision, RunStatus
 
 __all__ = [
     "Action",
     "ActionState",
+    "Alert",
     "Artifact",
     "Base",
+    "Batch",
+    "BatchStatus",
     "Event",
     "FireDecision",
     "JournalEntry",

@@ -26,7 +26,7 @@ class Run(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     """A caller's key: a second start with the same key returns this run."""
     parent_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("runs.id"))
-    batch_id: Mapped[str | None] = mapped_column(String(200))
+    batch_id: Mapped[str | None] = mapped_column(ForeignKey("batches.id"))
 
     step: Mapped[int] = mapped_column(default=0)
     """Number of completed steps; the next step's journal keys use this number."""

@@ -99,3 +99,16 @@ class FireDecision(StrEnum):
     SKIPPED_OVERLAP = "skipped_overlap"
     BUFFERED = "buffered"
     CANCELLED_OTHER = "cancelled_other"
+
+
+class BatchStatus(StrEnum):
+    RUNNING = "running"
+    """Children are running; the synthesis starts when every child is terminal."""
+    SYNTHESIZING = "synthesizing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    """Stopped by a budget or an operator; the reason is on the batch."""
+
+    def is_terminal(self) -> bool:
+        return self in (BatchStatus.SUCCEEDED, BatchStatus.FAILED, BatchStatus.STOPPED)

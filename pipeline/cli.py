@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from pipeline.cli_format import print_json, table
 from pipeline.errors import NightshiftError
 
 Handler = Callable[[argparse.Namespace], int]
+AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
 
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
-def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
-    cells = [[str(c) for c in headers], *[[("" if c is None else str(c)) for c in r] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+# Each module adds its verbs with `register(add: AddCommand)`.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 # -- services -------------------------------------------------------------------------------
@@ -53,14 +46,14 @@ def cmd_services(args: argparse.Namespace) -> int:
         return 0
     infos = embedded.status(settings.data_dir)
     if args.json:
-        _print_json([info.__dict__ for info in infos])
+        print_json([info.__dict__ for info in infos])
         return 0
     rows = [
         (i.name, "running" if i.running else "stopped", i.pid, i.url or "", i.data_path)
         for i in infos
     ]
     print(f"data directory: {settings.data_dir}")
-    print(_table(rows, ["service", "state", "pid", "url", "data"]))
+    print(table(rows, ["service", "state", "pid", "url", "data"]))
     return 0
 
 
@@ -124,7 +117,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         raise NightshiftError(f"--input is not valid JSON: {exc}") from None
     started = start_run(args.agent, run_input, args.key)
     if args.json:
-        _print_json({"run_id": str(started.run_id), "created": started.created})
+        print_json({"run_id": str(started.run_id), "created": started.created})
     elif started.created:
         print(f"started run {started.run_id}")
     else:
@@ -137,13 +130,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return 0
-    table = [
+    lines = [
         (r["id"], r["agent"], r["status"], r["step"], r["stop_reason"], r["updated_at"])
         for r in rows
     ]
-    print(_table(table, ["run", "agent", "status", "step", "reason", "updated"]))
+    print(table(lines, ["run", "agent", "status", "step", "reason", "updated"]))
     return 0
 
 
@@ -152,7 +145,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     detail = show_run(_run_id(args.run))
     if args.json:
-        _print_json(detail)
+        print_json(detail)
         return 0
     run = detail["run"]
     print(f"run {run['id']}  agent {run['agent']}  status {run['status']}  step {run['step']}")
@@ -260,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true")
 
     add("tick", cmd_tick, "resume orphaned runs and wake due timers once (beat does this)")
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(add)
     return parser
 
 

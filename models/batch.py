@@ -1,0 +1,51 @@
+"""Batches (a night's fan-out) and alerts (budget and policy warnings raised once)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, ForeignKey, Numeric, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from models.base import Base, created_at_column, status_column, updated_at_column
+from models.status import BatchStatus
+
+
+class Batch(Base):
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    """`<schedule>:<slot>` for scheduled batches, so a slot can only create one."""
+    name: Mapped[str] = mapped_column(String(100))
+    """The job, e.g. competitor_monitor."""
+    status: Mapped[BatchStatus] = mapped_column(
+        status_column(BatchStatus, "batch_status"), default=BatchStatus.RUNNING
+    )
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    token_cap: Mapped[int | None] = mapped_column(BigInteger)
+    cost_cap_usd: Mapped[float | None] = mapped_column(Numeric(12, 4))
+    synthesis_run_id: Mapped[uuid.UUID | None] = mapped_column(
+        # use_alter: runs point at batches too; the cycle is closed after both tables exist.
+        ForeignKey("runs.id", ondelete="SET NULL", use_alter=True)
+    )
+    stop_reason: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = updated_at_column()
+    finished_at: Mapped[datetime | None]
+
+
+class Alert(Base):
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    """e.g. budget_tokens, budget_cost, max_tool_calls."""
+    subject: Mapped[str] = mapped_column(String(200))
+    """What the alert is about: `batch:<id>` or `run:<id>`; one alert per kind and subject."""
+    message: Mapped[str] = mapped_column(Text)
+    notified: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = created_at_column()
+
+    __table_args__ = (UniqueConstraint("kind", "subject"),)
