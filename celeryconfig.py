@@ -41,6 +41,8 @@ worker_send_task_events = True
 task_send_sent_event = True
 task_track_started = True
 
+task_default_queue = _settings.queue
+
 timezone = "UTC"
 enable_utc = True
 

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 
 from models import Run, RunStatus
 from pipeline import journal as jr
+from pipeline.actions import ParkRun
 from pipeline.agents import get_agent
 from pipeline.agents.base import Agent, Conversation
 from pipeline.crash import crash_point
@@ -114,6 +115,8 @@ class StepRunner:
         )
         try:
             return self._step(run, agent, journal)
+        except ParkRun as park:
+            return self._park(run, park)
         except NonDeterminism as exc:
             return self._finish(run, RunStatus.FAILED, "non_determinism", error=str(exc))
         except PermanentError as exc:
@@ -236,6 +239,30 @@ class StepRunner:
             )
         log.info("run %s step=%d: checkpointed", run.id, run.step)
         return StepResult(Outcome.CONTINUE, run.id, run.agent, run.step + 1, run.batch_id)
+
+    def _park(self, run: RunSnapshot, park: ParkRun) -> StepResult:
+        """Leave the run waiting with no lease and no message; this step is replayed later."""
+        with fenced(self.lease) as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
+                .values(
+                    # A cancel that arrived during this step wins over waiting.
+                    status=case(
+                        (Run.cancel_requested, RunStatus.CANCELLED.value), else_=park.status.value
+                    ),
+                    stop_reason=case((Run.cancel_requested, "cancelled"), else_=None),
+                    finished_at=case((Run.cancel_requested, func.now()), else_=None),
+                    waiting_on=park.waiting_on,
+                    wake_at=park.wake_at,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                )
+            )
+        log.info(
+            "run %s step=%d: parked (%s on %s)", run.id, run.step, park.status, park.waiting_on
+        )
+        return StepResult(Outcome.STOPPED, run.id, run.agent, run.step, run.batch_id)
 
     def _finish(
         self,

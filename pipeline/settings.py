@@ -53,6 +53,13 @@ def _number(env: Mapping[str, str], name: str, default: float, minimum: float = 
     return value
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    value = env.get(name) or default
+    if value not in choices:
+        raise SettingsError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable. URLs are None when the embedded default should be used."""
@@ -67,6 +74,8 @@ class Settings:
     visibility_timeout: float = 3600.0
     worker_lost_max_retries: int = 3
     worker_concurrency: int = 16
+    queue: str = "nightshift"
+    """The broker queue for steps; separate environments on one Redis use separate queues."""
     max_input_bytes: int = 64 * 1024
     artifact_threshold_bytes: int = 16 * 1024
     model_name: str = DEFAULT_MODEL
@@ -79,6 +88,10 @@ class Settings:
     email_url: str | None = None
     pricing_url: str | None = None
     githost_url: str | None = None
+    email_mode: str = "keys"
+    """How the deployed email API behaves: keys (honours Idempotency-Key), lookup (sends
+    every request but can be asked what was sent under a key) or none (neither)."""
+    email_key_retention_hours: float = 24.0
 
     @property
     def embedded(self) -> bool:
@@ -114,6 +127,7 @@ class Settings:
             visibility_timeout=visibility,
             worker_lost_max_retries=int(_number(env, "NIGHTSHIFT_WORKER_LOST_MAX_RETRIES", 3)),
             worker_concurrency=int(_number(env, "NIGHTSHIFT_WORKER_CONCURRENCY", 16, 1)),
+            queue=env.get("NIGHTSHIFT_QUEUE") or "nightshift",
             max_input_bytes=int(_number(env, "NIGHTSHIFT_MAX_INPUT_BYTES", 64 * 1024, 1)),
             artifact_threshold_bytes=int(
                 _number(env, "NIGHTSHIFT_ARTIFACT_THRESHOLD_BYTES", 16 * 1024, 1)
@@ -128,6 +142,8 @@ class Settings:
             email_url=env.get("NIGHTSHIFT_EMAIL_URL") or None,
             pricing_url=env.get("NIGHTSHIFT_PRICING_URL") or None,
             githost_url=env.get("NIGHTSHIFT_GITHOST_URL") or None,
+            email_mode=_choice(env, "NIGHTSHIFT_EMAIL_MODE", ("keys", "lookup", "none"), "keys"),
+            email_key_retention_hours=_number(env, "NIGHTSHIFT_EMAIL_KEY_RETENTION_HOURS", 24.0),
         )
 
 

@@ -34,6 +34,11 @@ class ToolContext:
     tool_use_id: str
     settings: Settings
     run_input: dict[str, Any]
+    idempotency_key: str | None = None
+    """Set for side-effecting tools: send it to the service (e.g. as `Idempotency-Key`)."""
+
+
+KeyBuilder = Callable[[dict[str, Any], "ToolContext"], str]
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,15 @@ class SideEffect:
     """How a side-effecting tool talks to its service, for the action protocol."""
 
     service: str
-    key: Callable[[dict[str, Any], ToolContext], str]
+    key: KeyBuilder
     """Builds the idempotency key from what the action means."""
-    honours_keys: bool = False
-    key_retention: timedelta | None = None
+    honours_keys: Callable[[Settings], bool] = lambda settings: False
+    """Whether the service, as deployed, replays a repeated key instead of acting twice."""
+    key_retention: Callable[[Settings], timedelta | None] = lambda settings: None
+    """How long the service, as deployed, remembers a key; None means forever."""
     lookup: Callable[[str, ToolContext], ToolOutput | None] | None = None
-    """Asks the service what happened under a key: its result, or None if nothing happened."""
+    """Asks the service what happened under a key: its result, or None if nothing happened.
+    Raises pipeline.actions.LookupUnsupported when the service, as deployed, cannot tell."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class Tool:
     fn: Callable[[dict[str, Any], ToolContext], ToolOutput]
     side_effect: SideEffect | None = None
     requires_approval: bool = False
+    approvers: tuple[str, ...] = ()
     validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -91,6 +100,7 @@ def tool(
     name: str | None = None,
     side_effect: SideEffect | None = None,
     requires_approval: bool = False,
+    approvers: tuple[str, ...] = (),
 ) -> Callable[[Callable[[dict[str, Any], ToolContext], ToolOutput]], Tool]:
     """Register a function as a tool the model may call."""
 
@@ -102,6 +112,7 @@ def tool(
             fn=fn,
             side_effect=side_effect,
             requires_approval=requires_approval,
+            approvers=approvers,
         )
         if registered.name in REGISTRY:
             raise ValueError(f"a tool named {registered.name!r} is already registered")

@@ -2,7 +2,7 @@
 database per test cloned from a migrated template, and real `celery worker` subprocesses.
 
 Configure with NIGHTSHIFT_DATABASE_URL / NIGHTSHIFT_BROKER_URL (CI does); with neither set,
-the embedded services are started. The tests use Redis database 9 of the broker and flush it.
+the embedded services are started. The tests use Redis database 9 and a queue of their own.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("NIGHTSHIFT_LEASE_SECONDS", "4")
     os.environ.setdefault("NIGHTSHIFT_HEARTBEAT_SECONDS", "1")
     os.environ.setdefault("NIGHTSHIFT_TICK_SECONDS", "1")
+    # A queue of this session's own: other test sessions may share the Redis database.
+    os.environ.setdefault("NIGHTSHIFT_QUEUE", f"nightshift-test-{os.getpid()}")
 
 
 @pytest.fixture(scope="session")
@@ -96,10 +98,27 @@ def db_url(
     monkeypatch.setenv("NIGHTSHIFT_DATA_DIR", str(tmp_path / "data"))
     get_settings.cache_clear()
     client = redis.Redis.from_url(services.broker)
-    client.flushdb()
+    client.delete(os.environ["NIGHTSHIFT_QUEUE"])  # messages left by the previous test
     client.close()
     yield url
     dispose_all()
     get_settings.cache_clear()
     with _admin(services) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_DUPLICATES: list[int] = []
+
+
+@pytest.fixture(scope="session")
+def duplicate_report() -> list[int]:
+    """Tests append the duplicate side effects they counted in the sandbox logs."""
+    return _DUPLICATES
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _DUPLICATES:
+        terminalreporter.write_line(
+            f"duplicate side effects counted in the sandbox logs: {sum(_DUPLICATES)} "
+            f"(across {len(_DUPLICATES)} checks)"
+        )

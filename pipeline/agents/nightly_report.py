@@ -8,17 +8,10 @@ from typing import Any
 import httpx
 
 from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
-from pipeline.errors import PermanentError
+from pipeline.services import email_effect, send_email, service_url
 from pipeline.tools import ArtifactRequest, ToolContext, tool
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
-
-
-def service_url(context: ToolContext, attribute: str, variable: str) -> str:
-    url: str | None = getattr(context.settings, attribute)
-    if not url:
-        raise PermanentError(f"{variable} is not set; the tool has no service to talk to")
-    return url.rstrip("/")
 
 
 @tool(
@@ -53,6 +46,29 @@ def fetch_source(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
 def write_report(args: dict[str, Any], context: ToolContext) -> ArtifactRequest:
     # Content-addressed, so writing it again after a crash produces the same file.
     return ArtifactRequest("report", f"# {args['title']}\n\n{args['body']}\n", "text/markdown")
+
+
+def report_key(args: dict[str, Any], context: ToolContext) -> str:
+    """One nightly report email per team and night, whatever crashes in between."""
+    return f"nightly-report:{context.run_input['date']}:{context.run_input['team']}"
+
+
+@tool(
+    description="Email the finished nightly report to the team.",
+    schema={
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
+            "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+            "body": {"type": "string", "minLength": 1},
+        },
+        "required": ["to", "subject", "body"],
+        "additionalProperties": False,
+    },
+    side_effect=email_effect(report_key),
+)
+def send_report_email(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return send_email(context, args["to"], args["subject"], args["body"])
 
 
 def _fetched(conversation: Conversation) -> dict[str, dict[str, Any] | None]:
@@ -96,15 +112,29 @@ def script(conversation: Conversation) -> list[Block]:
     for name in sources:
         if fetched.get(name) is None and _attempts(conversation, name) < 2:
             return [text(f"Reading {name}."), tool_use(step, 0, "fetch_source", {"name": name})]
-    if not any(block["name"] == "write_report" for block in conversation.tool_uses()):
-        title = f"Nightly report for {conversation.input['team']}, {conversation.input['date']}"
-        body = _summary(sources, fetched)
+    used = {block["name"] for block in conversation.tool_uses()}
+    team = conversation.input["team"]
+    title = f"Nightly report for {team}, {conversation.input['date']}"
+    body = _summary(sources, fetched)
+    if "write_report" not in used:
         return [tool_use(step, 0, "write_report", {"title": title, "body": body})]
-    return [text(f"The nightly report for {conversation.input['team']} is written.")]
+    if "send_report_email" not in used:
+        to = conversation.input.get("email_to") or f"{team}@example.com"
+        email = {"to": to, "subject": title, "body": body}
+        return [tool_use(step, 0, "send_report_email", email)]
+    return [text(f"The nightly report for {team} is written and sent.")]
 
 
-def report_written(conversation: Conversation) -> bool:
-    return "report" in conversation.state.get("artifacts", {})
+def report_written_and_sent(conversation: Conversation) -> bool:
+    sent = any(
+        not result.get("is_error") and result["tool_use_id"] in _email_uses(conversation)
+        for result in conversation.tool_results()
+    )
+    return sent and "report" in conversation.state.get("artifacts", {})
+
+
+def _email_uses(conversation: Conversation) -> set[str]:
+    return {b["id"] for b in conversation.tool_uses() if b["name"] == "send_report_email"}
 
 
 AGENT = Agent(
@@ -112,14 +142,16 @@ AGENT = Agent(
     system="You are the ops team's night shift. Write short, factual nightly reports.",
     instructions=(
         "Read each source with fetch_source, one at a time, then write the nightly report "
-        "with write_report: one bullet per source, the most important fact first."
+        "with write_report (one bullet per source, the most important fact first) and email "
+        "it to the team with send_report_email."
     ),
-    tools=(fetch_source, write_report),
+    tools=(fetch_source, write_report, send_report_email),
     input_schema={
         "type": "object",
         "properties": {
             "team": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
             "date": {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
+            "email_to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
             "sources": {
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
@@ -132,5 +164,5 @@ AGENT = Agent(
     },
     script=script,
     max_steps=12,
-    check_success=report_written,
+    check_success=report_written_and_sent,
 )

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.llm import agent_responder
 from pipeline.processes import CeleryProcess
+from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.web import WebSandbox
 
@@ -19,6 +20,7 @@ from pipeline.sandbox.web import WebSandbox
 class Sandbox:
     web: WebSandbox
     messages: MessagesSandbox
+    email: EmailSandbox
 
 
 @pytest.fixture
@@ -27,15 +29,18 @@ def sandbox(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     from pipeline.settings import get_settings
 
     web = WebSandbox(log_path=tmp_path / "web.jsonl").start()
+    email = EmailSandbox(log_path=tmp_path / "email.jsonl").start()
     messages = MessagesSandbox(
         responder=agent_responder, log_path=tmp_path / "messages.jsonl"
     ).start()
     monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
+    monkeypatch.setenv("NIGHTSHIFT_EMAIL_URL", email.url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-secret")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", messages.url)
     monkeypatch.setenv("NIGHTSHIFT_MODEL_TIMEOUT", "2")
     get_settings.cache_clear()
-    yield Sandbox(web, messages)
+    yield Sandbox(web, messages, email)
+    email.stop()
     messages.stop()
     web.stop()
 

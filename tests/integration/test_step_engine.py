@@ -17,7 +17,7 @@ from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
-STEPS = 5  # three fetches, the report, the closing line
+STEPS = 6  # three fetches, the report, the email, the closing line
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}
 
 
@@ -68,7 +68,9 @@ def test_a_run_survives_sigkill_of_its_worker_and_journaled_calls_are_not_repeat
     repeated = {step for step, count in calls.items() if count > 1}
     assert repeated <= {step_at_kill}, calls
     keys = journal_keys(run_id)
-    assert len(keys) == len(set(keys)) == 2 * STEPS - 1  # 5 model replies, 4 tool results
+    assert (
+        len(keys) == len(set(keys)) == 2 * STEPS - 1
+    )  # a model reply each step, a tool result in all but the last
     # a fetch is repeated only if the kill landed between the fetch and its journal entry
     fetches = sandbox.web.requests()
     assert sum(fetches.values()) <= 4, fetches
