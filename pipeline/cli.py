@@ -76,7 +76,7 @@ def _exec_celery(argv: list[str], env: dict[str, str] | None = None) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    argv = ["worker", "--loglevel", args.loglevel, *args.celery_args]
+    argv = ["worker", "--hostname", args.name, "--loglevel", args.loglevel, *args.celery_args]
     if args.concurrency:
         argv += ["--concurrency", str(args.concurrency)]
     return _exec_celery(argv)
@@ -185,7 +185,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from pipeline.demo import run_demo
 
-    return run_demo(workers=args.workers)
+    return run_demo()
 
 
 # -- parser ---------------------------------------------------------------------------------
@@ -226,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--loglevel", default="INFO")
         if name == "worker":
             command.add_argument("--concurrency", type=int, help="steps in flight per process")
+            command.add_argument("--name", default="worker@%h", help="node name (%%h: host)")
         command.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to celery")
 
     flower = add("flower", cmd_flower, "run Flower (basic auth from NIGHTSHIFT_FLOWER_BASIC_AUTH)")
@@ -261,7 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     import logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("nightshift").setLevel(logging.INFO)
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
