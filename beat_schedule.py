@@ -1,13 +1,68 @@
-"""What beat fires, in an ops team's words. Beat is the clock; Postgres decides what really runs."""
+"""What beat fires, in an ops team's words. Beat is the clock; Postgres decides what really runs.
+
+SCHEDULES are the shipped jobs; operators add to or override them with the JSON file named by
+NIGHTSHIFT_SCHEDULES_FILE (format: pipeline/schedules.py). Beat itself sends only the
+runtime's messages: the tick, and the schedule check, which works out from the schedule list
+and the recorded fires in Postgres which slots are due. Beat's own state file decides nothing.
+Policies and DST rules: docs/schedules.md.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pipeline.settings import get_settings
+from pipeline.slots import Missed, Overlap, Schedule
+
+BERLIN = ZoneInfo("Europe/Berlin")
+NEW_YORK = ZoneInfo("America/New_York")
+
+SCHEDULES: tuple[Schedule, ...] = (
+    # The ops team's nightly report, at 02:00 their time. Run late rather than not at all
+    # (until 08:00); if last night's report is still going, tonight's waits for it.
+    Schedule(
+        name="nightly-report-ops",
+        job="nightly_report",
+        minute="0",
+        hour="2",
+        timezone=BERLIN,
+        params={"team": "ops"},
+        missed=Missed.ONCE,
+        catch_up=timedelta(hours=6),
+        overlap=Overlap.BUFFER_ONE,
+    ),
+    # Competitor prices at 02:00 New York time, before the US market opens. Yesterday's sweep
+    # still running is stale by now: cancel it and start fresh.
+    Schedule(
+        name="competitor-monitor",
+        job="competitor_monitor",
+        minute="0",
+        hour="2",
+        timezone=NEW_YORK,
+        missed=Missed.ONCE,
+        catch_up=timedelta(hours=4),
+        overlap=Overlap.CANCEL_OTHER,
+    ),
+    # Invoice reminders every Monday at 09:00 Berlin time. A reminder on Monday afternoon is
+    # fine, on Tuesday it is not; never two rounds at once.
+    Schedule(
+        name="invoice-reminders",
+        job="invoice_reminders",
+        day_of_week="mon",
+        minute="0",
+        hour="9",
+        timezone=BERLIN,
+        missed=Missed.ONCE,
+        catch_up=timedelta(hours=8),
+        overlap=Overlap.SKIP,
+    ),
+)
 
 _tick = get_settings().tick_seconds
+# How often the schedule check runs: a slot starts at most this long after its time.
+_check = get_settings().schedule_check_seconds
 
 beat_schedule: dict[str, dict[str, Any]] = {
     # The runtime's own heartbeat: resume runs that lost their worker, wake due timers.
@@ -15,5 +70,12 @@ beat_schedule: dict[str, dict[str, Any]] = {
         "task": "pipeline.tick",
         "schedule": timedelta(seconds=_tick),
         "options": {"expires": _tick * 2},
+    },
+    # Every schedule in SCHEDULES (and the schedules file): fire due slots once each, apply
+    # the missed and overlap policies, start buffered slots whose predecessor finished.
+    "nightshift-schedules": {
+        "task": "pipeline.fire_schedules",
+        "schedule": timedelta(seconds=_check),
+        "options": {"expires": _check * 2},
     },
 }

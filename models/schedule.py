@@ -6,10 +6,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from models.base import Base, created_at_column, status_column
+from models.base import Base, created_at_column, status_column, updated_at_column
 from models.status import FireDecision
 
 
@@ -22,9 +22,14 @@ class ScheduleFire(Base):
     """The slot's instant (UTC), computed in the schedule's own timezone."""
     decision: Mapped[FireDecision] = mapped_column(status_column(FireDecision, "fire_decision"))
     reason: Mapped[str] = mapped_column(Text)
+    """Why, in words: the policy that decided and what it saw (e.g. which run was busy)."""
     run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     batch_id: Mapped[str | None] = mapped_column(String(200))
+    duplicates: Mapped[int] = mapped_column(server_default=text("0"))
+    """How many more times this slot was asked for (a manual fire, a racing check): each
+    started nothing."""
     created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = updated_at_column()
 
     __table_args__ = (UniqueConstraint("schedule", "slot"),)
 
@@ -38,6 +43,9 @@ class Event(Base):
     run_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
     payload: Mapped[dict[str, Any]]
     deliveries: Mapped[int] = mapped_column(default=1)
+    """How many times the event arrived; only the first started a run."""
     created_at: Mapped[datetime] = created_at_column()
+    updated_at: Mapped[datetime] = updated_at_column()
+    """When the latest delivery arrived."""
 
     __table_args__ = (UniqueConstraint("source", "event_id"),)

@@ -93,12 +93,32 @@ ACTION_TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
 
 
 class FireDecision(StrEnum):
+    """What a schedule slot did; one row per (schedule, slot) in schedule_fires."""
+
     FIRED = "fired"
+    """Started on time, by hand, or (from buffered) when the previous run finished."""
     CAUGHT_UP = "caught_up"
+    """Started late: the slot was missed and the missed policy (once/all) runs it."""
     SKIPPED_MISSED = "skipped_missed"
     SKIPPED_OVERLAP = "skipped_overlap"
+    """The previous slot's run was still going (or a newer buffered slot replaced this one)."""
     BUFFERED = "buffered"
+    """Waiting for the previous slot's run to finish; at most one per schedule."""
     CANCELLED_OTHER = "cancelled_other"
+    """Started after cancelling the previous slot's run (or its batch's runs)."""
+
+    def started(self) -> bool:
+        """Whether the slot started its job (its row names a run or a batch)."""
+        return self in (FireDecision.FIRED, FireDecision.CAUGHT_UP, FireDecision.CANCELLED_OTHER)
+
+    def can_become(self, new: FireDecision) -> bool:
+        return new in FIRE_TRANSITIONS[self]
+
+
+# Only a buffered slot changes its decision: it starts, or a newer buffered slot replaces it.
+FIRE_TRANSITIONS: dict[FireDecision, frozenset[FireDecision]] = {
+    decision: frozenset() for decision in FireDecision
+} | {FireDecision.BUFFERED: frozenset({FireDecision.FIRED, FireDecision.SKIPPED_OVERLAP})}
 
 
 class BatchStatus(StrEnum):

@@ -17,7 +17,7 @@ Handler = Callable[[argparse.Namespace], int]
 AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
 
 # Each module adds its verbs with `register(add: AddCommand)`.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("pipeline.cli_schedules",)
 
 
 # -- services -------------------------------------------------------------------------------
