@@ -5,6 +5,8 @@ Why each reliability setting is what it is: ../DESIGN.md, "Celery settings that 
 
 from __future__ import annotations
 
+from kombu import Queue
+
 from beat_schedule import beat_schedule
 from pipeline.db import broker_url as _broker_url
 from pipeline.settings import get_settings
@@ -41,7 +43,14 @@ worker_send_task_events = True
 task_send_sent_event = True
 task_track_started = True
 
+# Workers consume both queues (kombu's Redis transport takes them in turn), so the tick is
+# picked up within a few messages even when thousands of steps are queued.
 task_default_queue = _settings.queue
+task_queues = (Queue(_settings.queue), Queue(_settings.control_queue))
+task_routes = {
+    "pipeline.tick": {"queue": _settings.control_queue},
+    "pipeline.fire_schedules": {"queue": _settings.control_queue},
+}
 
 timezone = "UTC"
 enable_utc = True

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from models import Action, ActionState, RunStatus
 from pipeline.crash import crash_point
 from pipeline.errors import NightshiftError, PermanentError, StatusConflict, StopStep
-from pipeline.leases import Heartbeat, Lease, fenced
+from pipeline.leases import Lease, fenced
 from pipeline.retry import RetryPolicy, classify
 from pipeline.runs import check_key
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
@@ -61,7 +61,7 @@ class ActionView:
     now: datetime
 
 
-def perform(tool: Tool, call: ToolCall, context: ToolContext, heartbeat: Heartbeat) -> ToolOutput:
+def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     """Run a side-effecting tool call so that its effect happens at most once."""
     effect = tool.side_effect
     assert effect is not None, f"{tool.name} has no side effect declared"
@@ -74,7 +74,7 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext, heartbeat: Heartbe
     action = _ensure_recorded(call, tool, effect, key, args)
     crash_point("after_intended")
     for resend in range(RESEND_POLICY.attempts + 1):
-        heartbeat.check()
+        context.keep_going()
         outcome = _next_move(call, tool, effect, keyed, action, resend)
         if outcome is not None:
             return outcome
@@ -207,7 +207,7 @@ def _ensure_recorded(
                 args=args,
                 state=state,
                 requires_approval=tool.requires_approval,
-                approvers=list(tool.approvers) if tool.approvers else None,
+                approvers=list(tool.approvers),
             )
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
         )

@@ -89,7 +89,11 @@ def decide_txn(
     elif decision is Decision.DID_NOT_HAPPEN:
         values["resolution"] = "person_did_not_happen"
     # Compare-and-set: only the first decision on an undecided action changes it.
-    allowed = or_(Action.approvers.is_(None), Action.approvers.op("@>")(func.jsonb_build_array(by)))
+    # Anyone may decide when the tool names no approvers.
+    allowed = or_(
+        func.jsonb_array_length(Action.approvers) == 0,
+        Action.approvers.op("@>")(func.jsonb_build_array(by)),
+    )
     if decision in (Decision.HAPPENED, Decision.DID_NOT_HAPPEN):
         allowed = true()
     changed = session.execute(

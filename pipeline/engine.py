@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import DateTime, case, cast, func, literal, select, update
 
 from models import Run, RunStatus
 from pipeline import journal as jr
@@ -25,6 +25,7 @@ from pipeline.errors import (
     NightshiftError,
     NonDeterminism,
     PermanentError,
+    RunStopped,
     TemporaryError,
 )
 from pipeline.leases import Heartbeat, Lease, claim, fenced
@@ -71,8 +72,6 @@ class RunSnapshot:
     max_steps: int
     state: dict[str, Any]
     batch_id: str | None
-    cancel_requested: bool
-    deadline_passed: bool
 
 
 def execute_step(run_id: uuid.UUID, owner: str, settings: Settings | None = None) -> StepResult:
@@ -117,6 +116,9 @@ class StepRunner:
             return self._step(run, agent, journal)
         except ParkRun as park:
             return self._park(run, park)
+        except RunStopped as stopped:
+            status = RunStatus.CANCELLED if stopped.reason == "cancelled" else RunStatus.FAILED
+            return self._finish(run, status, stopped.reason, error=str(stopped))
         except NonDeterminism as exc:
             return self._finish(run, RunStatus.FAILED, "non_determinism", error=str(exc))
         except PermanentError as exc:
@@ -131,6 +133,21 @@ class StepRunner:
                 error=f"model unavailable after {MODEL_RETRY.attempts} attempts: {exc}",
             )
 
+    def _keep_going(self) -> None:
+        """Before every model and tool call: stop if the lease is gone, the run was cancelled
+        or its deadline passed. Raises BaseException subclasses, past any `except Exception`."""
+        self.heartbeat.check()
+        with transaction() as session:
+            row = session.execute(
+                select(
+                    Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()
+                ).where(Run.id == self.lease.run_id)
+            ).one()
+        if row.cancel_requested:
+            raise RunStopped("cancelled", f"cancelled by {row.cancel_requested_by}")
+        if row[2]:
+            raise RunStopped("deadline", "the run's deadline passed")
+
     def _load(self) -> tuple[RunSnapshot, jr.Journal]:
         with transaction() as session:
             row = session.execute(
@@ -142,11 +159,8 @@ class StepRunner:
                     Run.max_steps,
                     Run.state,
                     Run.batch_id,
-                    Run.cancel_requested,
-                    Run.deadline,
                 ).where(Run.id == self.lease.run_id)
             ).one()
-            now = session.execute(select(func.now())).scalar_one()
             journal = jr.Journal.load_txn(session, row.id)
         snapshot = RunSnapshot(
             id=row.id,
@@ -156,16 +170,11 @@ class StepRunner:
             max_steps=row.max_steps,
             state=row.state,
             batch_id=row.batch_id,
-            cancel_requested=row.cancel_requested,
-            deadline_passed=row.deadline is not None and row.deadline <= now,
         )
         return snapshot, journal
 
     def _limit_reached(self, run: RunSnapshot) -> tuple[RunStatus, str] | None:
-        if run.cancel_requested:
-            return RunStatus.CANCELLED, "cancelled"
-        if run.deadline_passed:
-            return RunStatus.FAILED, "deadline"
+        """Limits known from the snapshot; cancel and deadline are checked before each call."""
         if run.step >= run.max_steps:
             return RunStatus.FAILED, "max_steps"
         return None
@@ -175,13 +184,13 @@ class StepRunner:
         reply = self._model_reply(run, agent, journal, messages)
         uses = [b for b in reply["content"] if b["type"] == "tool_use"]
         for block in uses:
-            self.heartbeat.check()
+            self._keep_going()
             run_tool_call(
                 ToolCall(self.lease, run.id, run.agent, run.step, run.input, block),
                 agent,
                 journal,
                 self.settings,
-                self.heartbeat,
+                self._keep_going,
             )
         if uses:
             return self._checkpoint(run, reply, tool_calls=len(uses))
@@ -209,7 +218,7 @@ class StepRunner:
         if journaled is not None:
             log.info("run %s step=%d: model reply replayed from the journal", run.id, run.step)
             return journaled
-        self.heartbeat.check()
+        self._keep_going()
         reply = call_with_retries(
             lambda: self.model.reply(agent, messages),
             MODEL_RETRY,
@@ -254,7 +263,10 @@ class StepRunner:
                     stop_reason=case((Run.cancel_requested, "cancelled"), else_=None),
                     finished_at=case((Run.cancel_requested, func.now()), else_=None),
                     waiting_on=park.waiting_on,
-                    wake_at=park.wake_at,
+                    wake_at=case(
+                        (Run.cancel_requested, None),
+                        else_=cast(literal(park.wake_at), DateTime(timezone=True)),
+                    ),
                     lease_owner=None,
                     lease_expires_at=None,
                 )

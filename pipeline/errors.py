@@ -59,3 +59,11 @@ class StopStep(BaseException):
 
 class LeaseLost(StopStep):
     """Another worker holds this run now; this step may not write anything more."""
+
+
+class RunStopped(StopStep):
+    """The run must stop now (cancelled, or past its deadline): no further model or tool call."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason

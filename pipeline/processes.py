@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,13 +27,18 @@ class CeleryProcess:
     process: subprocess.Popen[bytes] | None = None
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
+    @property
+    def nodename(self) -> str:
+        """Unique per launching process: other launchers may share the broker's pidbox."""
+        return f"{self.name}.{os.getpid()}@{socket.gethostname()}"
+
     def argv(self) -> list[str]:
         celery = [sys.executable, "-m", "celery", "-A", "pipeline"]
         if self.beat:
             schedule = self.log_path.with_suffix(".schedule")
             return [*celery, "beat", "--loglevel=INFO", f"--schedule={schedule}"]
         return [
-            *celery, "worker", "-n", f"{self.name}@%h", "--loglevel=INFO",
+            *celery, "worker", "-n", self.nodename, "--loglevel=INFO",
             f"--pool={self.pool}", f"--concurrency={self.concurrency}",
             "--without-mingle", "--without-gossip",
         ]  # fmt: skip

@@ -63,3 +63,52 @@ def email_effect(key: KeyBuilder) -> SideEffect:
         key_retention=lambda settings: timedelta(hours=settings.email_key_retention_hours),
         lookup=find_email,
     )
+
+
+def open_pull_request(
+    context: ToolContext, repo: str, branch: str, title: str, body: str
+) -> dict[str, Any]:
+    """Open a pull request; one already open for the branch is the result, not an error."""
+    base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
+    response = httpx.post(
+        f"{base}/repos/{repo}/pulls",
+        json={"branch": branch, "title": title, "body": body},
+        headers=_key_header(context),
+        timeout=TIMEOUT,
+    )
+    if response.status_code == 409 and "pull" in response.json():
+        return {**response.json()["pull"], "already_open": True}
+    response.raise_for_status()
+    opened: dict[str, Any] = response.json()
+    return opened
+
+
+def find_open_pull(repo: str, branch: str, context: ToolContext) -> dict[str, Any] | None:
+    base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
+    response = httpx.get(
+        f"{base}/repos/{repo}/pulls", params={"branch": branch, "state": "open"}, timeout=TIMEOUT
+    )
+    response.raise_for_status()
+    pulls = response.json()
+    return dict(pulls[0]) if pulls else None
+
+
+def set_price(context: ToolContext, sku: str, price: float, currency: str) -> dict[str, Any]:
+    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    response = httpx.put(
+        f"{base}/prices/{sku}",
+        json={"price": price, "currency": currency},
+        headers=_key_header(context),
+        timeout=TIMEOUT,
+    )
+    response.raise_for_status()
+    changed: dict[str, Any] = response.json()
+    return changed
+
+
+def find_price_change(key: str, context: ToolContext) -> dict[str, Any] | None:
+    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    response = httpx.get(f"{base}/changes", params={"key": key}, timeout=TIMEOUT)
+    response.raise_for_status()
+    changes = response.json().get("changes") or []
+    return dict(changes[0]) if changes else None

@@ -70,6 +70,14 @@ class Settings:
     lease_seconds: float = 15.0
     heartbeat_seconds: float = 5.0
     tick_seconds: float = 2.0
+    schedule_check_seconds: float = 30.0
+    """How often beat asks Postgres which schedule slots are due."""
+    schedules_file: Path | None = None
+    """JSON file of schedules that add to or override the shipped ones."""
+    handoff_grace_seconds: float = 60.0
+    """A run handed to the next step (no lease) is re-sent by the tick only after this long:
+    shorter floods a long queue with duplicate step messages; it only matters after a crash
+    between a checkpoint's commit and the send of the next step."""
     step_time_limit: float = 600.0
     visibility_timeout: float = 3600.0
     worker_lost_max_retries: int = 3
@@ -98,6 +106,11 @@ class Settings:
         return self.database_url is None or self.broker_url is None
 
     @property
+    def control_queue(self) -> str:
+        """The tick and the schedule check: never stuck behind a night's backlog of steps."""
+        return f"{self.queue}-control"
+
+    @property
     def artifact_dir(self) -> Path:
         return self.data_dir / "artifacts"
 
@@ -123,6 +136,11 @@ class Settings:
             lease_seconds=lease,
             heartbeat_seconds=_number(env, "NIGHTSHIFT_HEARTBEAT_SECONDS", lease / 3, 0.1),
             tick_seconds=_number(env, "NIGHTSHIFT_TICK_SECONDS", 2.0, minimum=0.5),
+            handoff_grace_seconds=_number(env, "NIGHTSHIFT_HANDOFF_GRACE_SECONDS", 60.0, 1.0),
+            schedule_check_seconds=_number(env, "NIGHTSHIFT_SCHEDULE_CHECK_SECONDS", 30.0, 1.0),
+            schedules_file=Path(env["NIGHTSHIFT_SCHEDULES_FILE"])
+            if env.get("NIGHTSHIFT_SCHEDULES_FILE")
+            else None,
             step_time_limit=step_limit,
             visibility_timeout=visibility,
             worker_lost_max_retries=int(_number(env, "NIGHTSHIFT_WORKER_LOST_MAX_RETRIES", 3)),

@@ -7,9 +7,10 @@ import os
 import socket
 import threading
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
-from pipeline import engine, runs
+from pipeline import cancellation, decisions, engine, events, runs, schedules
 from pipeline import tick as ticker
 from pipeline.app import app
 from pipeline.handoff import enqueue_step
@@ -57,3 +58,32 @@ def step(
 def tick() -> dict[str, int]:
     report = ticker.tick()
     return {"resumed": len(report.resumed), "woken": len(report.woken)}
+
+
+@app.task(name="pipeline.fire_schedules", ignore_result=True)
+def fire_schedules() -> dict[str, int]:
+    """Beat's schedule check: fire due slots once each (Postgres decides which are due)."""
+    report = schedules.check_schedules(now=datetime.now(UTC))
+    return {"decisions": len(report.decisions), "errors": len(report.errors)}
+
+
+@app.task(name="pipeline.start_from_event")
+def start_from_event(source: str, event_id: str, payload: dict[str, Any]) -> str:
+    """Start a run from another service's event: repeated deliveries return the same run id."""
+    return str(events.start_from_event(source, event_id, payload).run_id)
+
+
+@app.task(name="pipeline.decide")
+def decide(action_key: str, decision: str, by: str, note: str | None = None) -> dict[str, Any]:
+    """Approve/reject a pending action (or resolve an unknown one) from another service.
+
+    Single use: a repeated identical decision returns the first outcome (`first` is false).
+    """
+    result = decisions.decide(action_key, decision, by, note)
+    return {"action_key": action_key, "state": result.state.value, "first": result.first}
+
+
+@app.task(name="pipeline.cancel_run")
+def cancel_run(run_id: str, by: str) -> str:
+    """Cancel a run: a waiting one at once, a running one before its next model or tool call."""
+    return cancellation.cancel_run(uuid.UUID(run_id), by).status.value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +16,10 @@ from pipeline import journal as jr
 from pipeline.agents.base import Agent, Block
 from pipeline.crash import crash_point
 from pipeline.errors import PermanentError, TemporaryError
-from pipeline.leases import Heartbeat, Lease, fenced
+from pipeline.leases import Lease, fenced
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.settings import Settings
+from pipeline.timers import await_timer
 from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
 
 log = logging.getLogger("nightshift.tools")
@@ -51,7 +53,11 @@ class ToolCall:
 
 
 def run_tool_call(
-    call: ToolCall, agent: Agent, journal: jr.Journal, settings: Settings, heartbeat: Heartbeat
+    call: ToolCall,
+    agent: Agent,
+    journal: jr.Journal,
+    settings: Settings,
+    keep_going: Callable[[], None],
 ) -> dict[str, Any]:
     """The journaled result payload of this tool call, executing it only if not journaled yet."""
     name = call.block["name"]
@@ -65,22 +71,26 @@ def run_tool_call(
     problems = tool.argument_errors(call.block.get("input"))
     if problems:
         return _record(call, journal, settings, error="invalid arguments: " + "; ".join(problems))
-    context = ToolContext(call.run_id, call.agent, call.block["id"], settings, call.run_input)
+    if tool.wake_time is not None:
+        await_timer(tool, call.block, call.lease, call.step, journal)
+    context = ToolContext(
+        call.run_id, call.agent, call.block["id"], settings, call.run_input, keep_going=keep_going
+    )
     try:
-        output = _execute(tool, call, context, heartbeat)
+        output = _execute(tool, call, context)
     except (PermanentError, TemporaryError) as exc:
         log.warning("run %s step=%d: tool %s failed: %s", call.run_id, call.step, name, exc)
         return _record(call, journal, settings, error=f"{name} failed: {exc}")
     return _record(call, journal, settings, output=output)
 
 
-def _execute(tool: Tool, call: ToolCall, context: ToolContext, heartbeat: Heartbeat) -> ToolOutput:
+def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     if tool.has_side_effects:
         from pipeline.actions import perform
 
-        return perform(tool, call, context, heartbeat)
+        return perform(tool, call, context)
     return call_with_retries(
-        lambda: tool.fn(call.block["input"], context), TOOL_RETRY, before_retry=heartbeat.check
+        lambda: tool.fn(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -36,6 +36,9 @@ class ToolContext:
     run_input: dict[str, Any]
     idempotency_key: str | None = None
     """Set for side-effecting tools: send it to the service (e.g. as `Idempotency-Key`)."""
+    keep_going: Callable[[], None] = lambda: None
+    """Long tools call this between chunks of work: it raises (past any `except Exception`)
+    when the run was cancelled, passed its deadline or lost its lease."""
 
 
 KeyBuilder = Callable[[dict[str, Any], "ToolContext"], str]
@@ -66,6 +69,9 @@ class Tool:
     side_effect: SideEffect | None = None
     requires_approval: bool = False
     approvers: tuple[str, ...] = ()
+    wake_time: Callable[[dict[str, Any], datetime], datetime] | None = None
+    """For timer tools: when the run should wake, given the arguments and the time of the
+    call. The run waits with no process until then; `fn` runs after it wakes."""
     validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +107,7 @@ def tool(
     side_effect: SideEffect | None = None,
     requires_approval: bool = False,
     approvers: tuple[str, ...] = (),
+    wake_time: Callable[[dict[str, Any], datetime], datetime] | None = None,
 ) -> Callable[[Callable[[dict[str, Any], ToolContext], ToolOutput]], Tool]:
     """Register a function as a tool the model may call."""
 
@@ -113,6 +120,7 @@ def tool(
             side_effect=side_effect,
             requires_approval=requires_approval,
             approvers=approvers,
+            wake_time=wake_time,
         )
         if registered.name in REGISTRY:
             raise ValueError(f"a tool named {registered.name!r} is already registered")

@@ -8,7 +8,9 @@ the embedded services are started. The tests use Redis database 9 and a queue of
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -41,6 +43,14 @@ def _discover_services() -> ServiceUrls:
     return ServiceUrls(database=db, broker=test_broker)
 
 
+def _schedules_off() -> Path:
+    from beat_schedule import SCHEDULES
+
+    path = Path(tempfile.mkdtemp(prefix="nightshift-tests-")) / "schedules.json"
+    path.write_text(json.dumps([{"name": s.name, "enabled": False} for s in SCHEDULES]))
+    return path
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _SERVICES
     _SERVICES = _discover_services()
@@ -50,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("NIGHTSHIFT_LEASE_SECONDS", "4")
     os.environ.setdefault("NIGHTSHIFT_HEARTBEAT_SECONDS", "1")
     os.environ.setdefault("NIGHTSHIFT_TICK_SECONDS", "1")
+    os.environ.setdefault("NIGHTSHIFT_HANDOFF_GRACE_SECONDS", "8")
+    # The shipped nightly schedules stay off in tests: a test that happens to run at 02:00
+    # Berlin time must not find an extra nightly run. Tests of schedules bring their own file.
+    os.environ.setdefault("NIGHTSHIFT_SCHEDULES_FILE", str(_schedules_off()))
     # A queue of this session's own: other test sessions may share the Redis database.
     os.environ.setdefault("NIGHTSHIFT_QUEUE", f"nightshift-test-{os.getpid()}")
 

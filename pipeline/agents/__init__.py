@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from pipeline.agents.base import Agent
 from pipeline.errors import UnknownAgent
 
 
+@cache
 def _registry() -> dict[str, Agent]:
-    from pipeline.agents import nightly_report
+    from pipeline.agents import bench_agent, follow_up, nightly_report, patch
 
-    return {agent.name: agent for agent in (nightly_report.AGENT,)}
+    shipped = (nightly_report.AGENT, patch.AGENT, follow_up.AGENT, bench_agent.AGENT)
+    return {agent.name: agent for agent in shipped}
 
 
 def get_agent(name: str) -> Agent:
