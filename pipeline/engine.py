@@ -12,8 +12,10 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import DateTime, case, cast, func, literal, select, update
+from sqlalchemy.orm import Session
 
-from models import Run, RunStatus
+from models import BatchStatus, Run, RunStatus
+from pipeline import budgets, fanout
 from pipeline import journal as jr
 from pipeline.actions import ParkRun
 from pipeline.agents import get_agent
@@ -59,6 +61,8 @@ class StepResult:
     agent: str | None = None
     step: int | None = None
     batch: str | None = None
+    enqueue: tuple[uuid.UUID, ...] = ()
+    """Other runs this step made runnable (a batch's synthesis): send them after the commit."""
 
 
 @dataclass(frozen=True)
@@ -94,11 +98,13 @@ class StepRunner:
         self.heartbeat = heartbeat
         self.settings = settings
         self.model: Model = model_for(settings)
+        self.agent: Agent | None = None
+        self.calls_in_step = 0
 
     def run(self) -> StepResult:
         run, journal = self._load()
         try:
-            agent = get_agent(run.agent)
+            agent = self.agent = get_agent(run.agent)
         except NightshiftError as exc:
             return self._finish(run, RunStatus.FAILED, "unknown_agent", error=str(exc))
         stop = self._limit_reached(run)
@@ -133,20 +139,32 @@ class StepRunner:
                 error=f"model unavailable after {MODEL_RETRY.attempts} attempts: {exc}",
             )
 
-    def _keep_going(self) -> None:
-        """Before every model and tool call: stop if the lease is gone, the run was cancelled
-        or its deadline passed. Raises BaseException subclasses, past any `except Exception`."""
+    def _keep_going(self, before_tool: bool = False) -> None:
+        """Before every model and tool call: stop if the lease is gone, the run was cancelled,
+        passed its deadline or a budget. Raises BaseException subclasses, past any
+        `except Exception` in an agent or a tool."""
         self.heartbeat.check()
+        alert = None
         with transaction() as session:
             row = session.execute(
                 select(
                     Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()
                 ).where(Run.id == self.lease.run_id)
             ).one()
-        if row.cancel_requested:
-            raise RunStopped("cancelled", f"cancelled by {row.cancel_requested_by}")
-        if row[2]:
-            raise RunStopped("deadline", "the run's deadline passed")
+            spend = budgets.spend_txn(session, self.lease.run_id)
+            stop = _stop_for(row, spend, self.agent, self.settings, self.calls_in_step, before_tool)
+            if stop is not None and stop.reason == "budget" and spend.batch_id:
+                if spend.batch_status is BatchStatus.RUNNING:
+                    alert = budgets.stop_batch_txn(session, spend.batch_id, "budget", str(stop))
+            elif stop is not None and stop.reason.startswith("max_"):
+                subject = f"run:{self.lease.run_id}"
+                alert = budgets.raise_alert_txn(
+                    session, f"budget_{stop.reason}", subject, str(stop)
+                )
+        if alert is not None:
+            budgets.notify(alert, self.settings)
+        if stop is not None:
+            raise stop
 
     def _load(self) -> tuple[RunSnapshot, jr.Journal]:
         with transaction() as session:
@@ -184,7 +202,8 @@ class StepRunner:
         reply = self._model_reply(run, agent, journal, messages)
         uses = [b for b in reply["content"] if b["type"] == "tool_use"]
         for block in uses:
-            self._keep_going()
+            self._keep_going(before_tool=True)
+            self.calls_in_step += 1
             run_tool_call(
                 ToolCall(self.lease, run.id, run.agent, run.step, run.input, block),
                 agent,
@@ -305,7 +324,52 @@ class StepRunner:
                     finished_at=func.now() if status.is_terminal() else None,
                 )
             ).rowcount  # type: ignore[attr-defined]
+            ready = self._join_txn(session, run, status) if changed else []
         log.info("run %s: %s (%s)%s", run.id, status, reason, f": {error}" if error else "")
         if not changed:
             log.warning("run %s: status changed under us; %s not recorded", run.id, status)
-        return StepResult(Outcome.STOPPED, run.id, run.agent, run.step, run.batch_id)
+        return StepResult(
+            Outcome.STOPPED, run.id, run.agent, run.step, run.batch_id, enqueue=tuple(ready)
+        )
+
+    @staticmethod
+    def _join_txn(session: Session, run: RunSnapshot, status: RunStatus) -> list[uuid.UUID]:
+        """In the same transaction as the finish: the batch join, and the batch's own end."""
+        if not status.is_terminal():
+            return []
+        fanout.synthesis_finished_txn(session, run.id, status)
+        return fanout.child_finished_txn(session, run.batch_id) if run.batch_id else []
+
+
+def _stop_for(
+    row: Any,
+    spend: budgets.Spend,
+    agent: Agent | None,
+    settings: Settings,
+    calls_in_step: int,
+    before_tool: bool,
+) -> RunStopped | None:
+    """The first reason this run must stop before its next call, if any."""
+    cancel_requested, cancelled_by, past_deadline = row
+    if cancel_requested:
+        return RunStopped("cancelled", f"cancelled by {cancelled_by}")
+    if past_deadline:
+        return RunStopped("deadline", "the run's deadline passed")
+    if spend.batch_status is BatchStatus.STOPPED:
+        reason = spend.batch_stop_reason or "budget"
+        return RunStopped(reason, f"batch {spend.batch_id} was stopped ({reason})")
+    over = budgets.batch_over_budget(spend, settings)
+    if over is not None:
+        return RunStopped("budget", over)
+    if agent is None:
+        return None
+    calls = spend.tool_calls + calls_in_step
+    if before_tool and agent.max_tool_calls is not None and calls >= agent.max_tool_calls:
+        return RunStopped(
+            "max_tool_calls", f"{calls} tool calls; the limit is {agent.max_tool_calls}"
+        )
+    if agent.max_run_tokens is not None and spend.tokens >= agent.max_run_tokens:
+        return RunStopped(
+            "max_tokens", f"{spend.tokens} tokens; the limit is {agent.max_run_tokens}"
+        )
+    return None

@@ -88,6 +88,11 @@ class Settings:
     artifact_threshold_bytes: int = 16 * 1024
     model_name: str = DEFAULT_MODEL
     model_timeout_seconds: float = 120.0
+    price_input_per_mtok: float = 3.0
+    """US dollars per million input tokens, for the batch money estimate."""
+    price_output_per_mtok: float = 15.0
+    alert_webhook_url: str | None = None
+    """Budget alerts are POSTed here as JSON (and always recorded in the alerts table)."""
     anthropic_base_url: str | None = None
     anthropic_api_key: str | None = field(default=None, repr=False)
     flower_basic_auth: str | None = field(default=None, repr=False)
@@ -152,6 +157,9 @@ class Settings:
             ),
             model_name=env.get("NIGHTSHIFT_MODEL") or DEFAULT_MODEL,
             model_timeout_seconds=_number(env, "NIGHTSHIFT_MODEL_TIMEOUT", 120.0, minimum=0.1),
+            price_input_per_mtok=_number(env, "NIGHTSHIFT_PRICE_INPUT_PER_MTOK", 3.0),
+            price_output_per_mtok=_number(env, "NIGHTSHIFT_PRICE_OUTPUT_PER_MTOK", 15.0),
+            alert_webhook_url=env.get("NIGHTSHIFT_ALERT_WEBHOOK_URL") or None,
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
             flower_basic_auth=env.get("NIGHTSHIFT_FLOWER_BASIC_AUTH") or None,

@@ -13,6 +13,7 @@ from typing import Any
 from pipeline import cancellation, decisions, engine, events, runs, schedules
 from pipeline import tick as ticker
 from pipeline.app import app
+from pipeline.crash import crash_point
 from pipeline.handoff import enqueue_step
 from pipeline.settings import get_settings
 
@@ -47,10 +48,10 @@ def step(
     """One durable step of a run. agent, step and batch are only labels for Flower."""
     result = engine.execute_step(uuid.UUID(run_id), worker_id())
     if result.outcome is engine.Outcome.CONTINUE:
-        from pipeline.crash import crash_point
-
         crash_point("after_checkpoint_before_enqueue")
         enqueue_step(result.run_id, agent=result.agent, step=result.step, batch=result.batch)
+    for ready in result.enqueue:
+        enqueue_step(ready, step=0, batch=result.batch)
     return result.outcome.value
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
+from pipeline import fanout
 from pipeline.db import transaction
 from pipeline.handoff import enqueue_step
 from pipeline.settings import Settings, get_settings
@@ -66,9 +67,12 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
     with transaction() as session:
         orphans = session.execute(_ORPHANS, {"grace": settings.lease_seconds, "limit": limit}).all()
         due = session.execute(_DUE_TIMERS, {"limit": limit}).all()
+        joined = fanout.ready_batches_txn(session)
     # Only after the commit: a step that claims must see the rows as updated here.
     for row in [*orphans, *due]:
         enqueue_step(row.id, agent=row.agent, step=row.step, batch=row.batch_id)
+    for run_id in joined:
+        enqueue_step(run_id, step=0)
     if orphans:
         log.info("tick: resumed %d run(s) with no live worker", len(orphans))
     if due:

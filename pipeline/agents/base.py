@@ -72,6 +72,11 @@ class Agent:
     """The deterministic stand-in for the model: what it would answer to this conversation."""
     max_steps: int = 20
     max_tokens: int = 1024
+    """Per model call (the Messages API's max_tokens)."""
+    max_tool_calls: int | None = None
+    """Per run; the run stops with reason max_tool_calls when it would exceed it."""
+    max_run_tokens: int | None = None
+    """Per run, input plus output over all model calls."""
     check_success: Callable[[Conversation], bool] | None = None
 
     def tool(self, name: str) -> Tool | None:
