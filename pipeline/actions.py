@@ -7,7 +7,6 @@ else by asking the service (lookup), else by a person (the run waits in needs_at
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from models import Action, ActionState, RunStatus
 from pipeline.crash import crash_point
 from pipeline.errors import NightshiftError, PermanentError, StatusConflict, StopStep
 from pipeline.leases import Lease, fenced
+from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, classify
 from pipeline.runs import check_key
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
@@ -29,7 +29,7 @@ from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
 if TYPE_CHECKING:
     from pipeline.toolcalls import ToolCall
 
-log = logging.getLogger("nightshift.actions")
+log = get_logger("nightshift.actions")
 
 RESEND_POLICY = RetryPolicy(attempts=3, base_seconds=0.5, cap_seconds=5.0)
 

@@ -4,7 +4,6 @@ with the reason recorded, and raises one alert (a row, a log line, an optional w
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +14,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from models import Alert, Batch, BatchStatus, Run, RunStatus
+from pipeline.logs import get_logger
 from pipeline.settings import Settings
 
-log = logging.getLogger("nightshift.budgets")
+log = get_logger("nightshift.budgets")
 
 _PARKED = (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 
@@ -12,8 +11,9 @@ from sqlalchemy.orm import Session
 from models import Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound
+from pipeline.logs import get_logger
 
-log = logging.getLogger("nightshift.cancel")
+log = get_logger("nightshift.cancel")
 
 # Waiting runs hold no worker, so nobody else would ever notice the request: stop them here.
 _PARKED = (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)

@@ -6,7 +6,6 @@ returns the first outcome, a conflicting one is refused. The run is woken after 
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,8 +18,9 @@ from models import Action, ActionState, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError, StatusConflict
 from pipeline.handoff import enqueue_step
+from pipeline.logs import get_logger
 
-log = logging.getLogger("nightshift.decisions")
+log = get_logger("nightshift.decisions")
 
 
 class UnknownAction(NightshiftError):

@@ -5,7 +5,6 @@ The step returns what should happen next; the task sends the next message after 
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -32,11 +31,12 @@ from pipeline.errors import (
 )
 from pipeline.leases import Heartbeat, Lease, claim, fenced
 from pipeline.llm import Model, Reply, model_for
+from pipeline.logs import get_logger, step_context
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.settings import Settings, get_settings
 from pipeline.toolcalls import ToolCall, run_tool_call
 
-log = logging.getLogger("nightshift.engine")
+log = get_logger("nightshift.engine")
 
 MODEL_RETRY = RetryPolicy(attempts=6, base_seconds=0.5, cap_seconds=15.0)
 SUCCESS_CHECK_NOTE = (
@@ -103,6 +103,10 @@ class StepRunner:
 
     def run(self) -> StepResult:
         run, journal = self._load()
+        with step_context(run.id, run.agent, run.step, self.lease.owner):
+            return self._run(run, journal)
+
+    def _run(self, run: RunSnapshot, journal: jr.Journal) -> StepResult:
         try:
             agent = self.agent = get_agent(run.agent)
         except NightshiftError as exc:
@@ -111,13 +115,7 @@ class StepRunner:
         if stop is not None:
             status, reason = stop
             return self._finish(run, status, reason, error=f"stopped: {reason}")
-        log.info(
-            "run %s agent=%s step=%d fence=%d: working",
-            run.id,
-            run.agent,
-            run.step,
-            self.lease.fence,
-        )
+        log.info("working (fence %d)", self.lease.fence)
         try:
             return self._step(run, agent, journal)
         except ParkRun as park:
@@ -224,7 +222,7 @@ class StepRunner:
                     jr.NOTE_STEP,
                     {"text": SUCCESS_CHECK_NOTE},
                 )
-            log.info("run %s step=%d: success check failed; continuing", run.id, run.step)
+            log.info("success check failed; continuing")
             return self._checkpoint(run, reply, tool_calls=0)
         result = {"text": conversation.last_text(), "state": run.state}
         return self._finish(run, RunStatus.SUCCEEDED, "completed", result=result, reply=reply)
@@ -235,7 +233,7 @@ class StepRunner:
         key = jr.model_key(run.step)
         journaled = journal.replay(key, jr.MODEL_STEP)
         if journaled is not None:
-            log.info("run %s step=%d: model reply replayed from the journal", run.id, run.step)
+            log.info("model reply replayed from the journal")
             return journaled
         self._keep_going()
         reply = call_with_retries(
@@ -265,7 +263,7 @@ class StepRunner:
                     lease_expires_at=None,
                 )
             )
-        log.info("run %s step=%d: checkpointed", run.id, run.step)
+        log.info("checkpointed")
         return StepResult(Outcome.CONTINUE, run.id, run.agent, run.step + 1, run.batch_id)
 
     def _park(self, run: RunSnapshot, park: ParkRun) -> StepResult:
@@ -290,9 +288,7 @@ class StepRunner:
                     lease_expires_at=None,
                 )
             )
-        log.info(
-            "run %s step=%d: parked (%s on %s)", run.id, run.step, park.status, park.waiting_on
-        )
+        log.info("parked: %s on %s", park.status, park.waiting_on)
         return StepResult(Outcome.STOPPED, run.id, run.agent, run.step, run.batch_id)
 
     def _finish(
@@ -325,9 +321,9 @@ class StepRunner:
                 )
             ).rowcount  # type: ignore[attr-defined]
             ready = self._join_txn(session, run, status) if changed else []
-        log.info("run %s: %s (%s)%s", run.id, status, reason, f": {error}" if error else "")
+        log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
         if not changed:
-            log.warning("run %s: status changed under us; %s not recorded", run.id, status)
+            log.warning("the status changed under this step; %s not recorded", status)
         return StepResult(
             Outcome.STOPPED, run.id, run.agent, run.step, run.batch_id, enqueue=tuple(ready)
         )

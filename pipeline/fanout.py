@@ -3,7 +3,6 @@ child is terminal (a durable join in Postgres, keyed `<batch>:synthesis`)."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,9 +13,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from models import Batch, BatchStatus, Run, RunStatus
+from pipeline.logs import get_logger
 from pipeline.runs import create_run_txn
 
-log = logging.getLogger("nightshift.fanout")
+log = get_logger("nightshift.fanout")
 
 TERMINAL = tuple(s.value for s in RunStatus if s.is_terminal())
 

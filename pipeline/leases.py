@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,8 +13,9 @@ from sqlalchemy.orm import Session
 
 from pipeline.db import transaction
 from pipeline.errors import LeaseLost
+from pipeline.logs import get_logger
 
-log = logging.getLogger("nightshift.leases")
+log = get_logger("nightshift.leases")
 
 
 @dataclass(frozen=True)

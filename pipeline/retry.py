@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import time
 from collections.abc import Callable
@@ -12,9 +11,10 @@ from typing import TypeVar
 import httpx
 
 from pipeline.errors import PermanentError, TemporaryError
+from pipeline.logs import get_logger
 
 T = TypeVar("T")
-log = logging.getLogger("nightshift.retry")
+log = get_logger("nightshift.retry")
 
 TEMPORARY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504, 529})
 

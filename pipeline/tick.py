@@ -6,7 +6,6 @@ checkpoint's commit and the enqueue) and waiting runs whose timer is due.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass
 
@@ -15,9 +14,10 @@ from sqlalchemy import text
 from pipeline import fanout
 from pipeline.db import transaction
 from pipeline.handoff import enqueue_step
+from pipeline.logs import get_logger
 from pipeline.settings import Settings, get_settings
 
-log = logging.getLogger("nightshift.tick")
+log = get_logger("nightshift.tick")
 
 # Orphans: running, and either the lease expired or there is none and nothing happened for a
 # while (a step hands off by clearing its lease; a message normally claims within the grace).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,12 +16,13 @@ from pipeline.agents.base import Agent, Block
 from pipeline.crash import crash_point
 from pipeline.errors import PermanentError, TemporaryError
 from pipeline.leases import Lease, fenced
+from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.settings import Settings
 from pipeline.timers import await_timer
 from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
 
-log = logging.getLogger("nightshift.tools")
+log = get_logger("nightshift.tools")
 
 TOOL_RETRY = RetryPolicy(attempts=4, base_seconds=0.5, cap_seconds=8.0)
 
@@ -63,7 +63,7 @@ def run_tool_call(
     name = call.block["name"]
     journaled = journal.replay(call.key, name)
     if journaled is not None:
-        log.info("run %s step=%d: %s replayed from the journal", call.run_id, call.step, name)
+        log.info("%s replayed from the journal", name)
         return journaled
     tool = agent.tool(name)
     if tool is None:
@@ -79,7 +79,7 @@ def run_tool_call(
     try:
         output = _execute(tool, call, context)
     except (PermanentError, TemporaryError) as exc:
-        log.warning("run %s step=%d: tool %s failed: %s", call.run_id, call.step, name, exc)
+        log.warning("tool %s failed: %s", name, exc)
         return _record(call, journal, settings, error=f"{name} failed: {exc}")
     return _record(call, journal, settings, output=output)
 

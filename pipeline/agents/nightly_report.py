@@ -83,9 +83,18 @@ def _fetched(conversation: Conversation) -> dict[str, dict[str, Any] | None]:
         name = asked.get(result["tool_use_id"])
         if not isinstance(name, str):
             continue
-        content = None if result.get("is_error") else json.loads(result["content"])
+        content = None if result.get("is_error") else _source(name, result["content"])
         fetched[name] = fetched.get(name) or content
     return fetched
+
+
+def _source(name: str, content: str) -> dict[str, Any]:
+    """A fetched source; a large one arrives as an artifact preview rather than JSON."""
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        return {"name": name, "title": name, "body": content}
+    return parsed if isinstance(parsed, dict) else {"name": name, "body": content}
 
 
 def _attempts(conversation: Conversation, source: str) -> int:
