@@ -1,0 +1,143 @@
+"""Every nightshift command in docker-compose.yml starts, run as written against this
+machine's PostgreSQL and Redis (there is no Docker engine here to run the stack itself)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support import wait_for
+
+COMPOSE = yaml.safe_load((Path(__file__).parents[2] / "docker-compose.yml").read_text())
+SERVICES = {
+    name: spec
+    for name, spec in COMPOSE["services"].items()
+    if spec.get("command") and spec["command"][0] == "nightshift"
+}
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Started:
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log_path = log
+        self._log = log.open("wb")
+        self.process = subprocess.Popen(
+            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def launch(db_url: str, tmp_path: Path) -> Iterator:
+    started: list[Started] = []
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "NIGHTSHIFT_DATA_DIR": str(tmp_path / "data"),
+        "NIGHTSHIFT_FLOWER_BASIC_AUTH": "ops:night-owl",
+    }
+
+    def start(name: str, argv: list[str]) -> Started:
+        process = Started(argv, env, tmp_path / f"{name}.log")
+        started.append(process)
+        return process
+
+    yield start, env
+    for process in started:
+        process.stop()
+
+
+def test_compose_lists_the_stack_with_auth_and_health_checks() -> None:
+    assert {"postgres", "redis", "migrate", "worker", "beat", "flower"} <= set(COMPOSE["services"])
+    assert "noeviction" in COMPOSE["services"]["redis"]["command"]
+    assert "NIGHTSHIFT_FLOWER_BASIC_AUTH" in COMPOSE["services"]["flower"]["environment"]
+    for name in ("postgres", "redis", "worker", "beat", "flower"):
+        assert "healthcheck" in COMPOSE["services"][name], name
+
+
+def test_migrate_runs_to_completion(launch) -> None:
+    start, _ = launch
+    migrate = start("migrate", SERVICES["migrate"]["command"])
+    assert migrate.process.wait(timeout=120) == 0, migrate.log()
+    assert "database schema at revision" in migrate.log()
+
+
+def test_the_worker_starts_and_answers_its_health_check(launch) -> None:
+    start, env = launch
+    worker = start("worker", SERVICES["worker"]["command"])
+    wait_for(lambda: " ready." in worker.log() or not worker.alive(), timeout=60,
+             what="the worker to be ready")  # fmt: skip
+    assert worker.alive(), worker.log()
+    check = SERVICES["worker"]["healthcheck"]["test"][1].replace("$$HOSTNAME", socket.gethostname())
+    result = subprocess.run(shlex.split(check), env=env, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_beat_starts_and_keeps_its_schedule_file_fresh(launch, tmp_path: Path) -> None:
+    start, _ = launch
+    beat = start("beat", SERVICES["beat"]["command"])
+    wait_for(lambda: "beat: Starting" in beat.log() or not beat.alive(), timeout=60,
+             what="beat to start")  # fmt: skip
+    assert beat.alive(), beat.log()
+    wait_for(lambda: list((tmp_path / "data").glob("celerybeat-schedule*")), timeout=30,
+             what="beat's schedule file")  # fmt: skip
+
+
+def test_flower_starts_with_basic_auth(launch) -> None:
+    start, _ = launch
+    port = free_port()
+    argv = [str(port) if part == "5555" else part for part in SERVICES["flower"]["command"]]
+    flower = start("flower", argv)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert flower.alive(), flower.log()
+        try:
+            return httpx.get(f"{base}/healthcheck", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, timeout=60, what="flower to answer")
+    assert httpx.get(f"{base}/", timeout=5).status_code == 401
+    assert httpx.get(f"{base}/", auth=("ops", "night-owl"), timeout=5).status_code == 200
+
+
+def test_flower_refuses_to_start_without_auth(launch) -> None:
+    _, env = launch
+    env.pop("NIGHTSHIFT_FLOWER_BASIC_AUTH")
+    result = subprocess.run(
+        SERVICES["flower"]["command"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "NIGHTSHIFT_FLOWER_BASIC_AUTH" in result.stderr
