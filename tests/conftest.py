@@ -23,6 +23,7 @@ from tests.support import ServiceUrls
 
 _counter = itertools.count()
 _SERVICES: ServiceUrls | None = None
+_STARTED_IN: list[Path] = []
 
 
 def _discover_services() -> ServiceUrls:
@@ -33,9 +34,10 @@ def _discover_services() -> ServiceUrls:
         from pipeline import embedded
         from pipeline.settings import Settings
 
-        urls = embedded.ensure_running(
-            Settings.from_env().data_dir, postgres=not db, redis=not broker
-        )
+        data_dir = Settings.from_env().data_dir
+        if not any(info.running for info in embedded.status(data_dir)):
+            _STARTED_IN.append(data_dir)  # stopped again when the session ends
+        urls = embedded.ensure_running(data_dir, postgres=not db, redis=not broker)
         db = db or urls["postgres"]
         broker = broker or urls["redis"]
     parts = urlsplit(broker)
@@ -66,6 +68,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("NIGHTSHIFT_SCHEDULES_FILE", str(_schedules_off()))
     # A queue of this session's own: other test sessions may share the Redis database.
     os.environ.setdefault("NIGHTSHIFT_QUEUE", f"nightshift-test-{os.getpid()}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from pipeline import embedded
+    from pipeline.db import dispose_all
+
+    dispose_all()
+    for data_dir in _STARTED_IN:
+        embedded.stop(data_dir)
 
 
 @pytest.fixture(scope="session")
