@@ -50,11 +50,14 @@ def get_engine(url: str | None = None) -> Engine:
     with _lock:
         engine = _engines.get(key)
         if engine is None:
+            # Sized for the worker's threads: overflow connections are opened and closed on
+            # every burst, which costs more than keeping them.
+            size = get_settings().worker_concurrency + 4
             engine = create_engine(
                 url,
                 pool_pre_ping=True,  # PostgreSQL restarts must not poison the pool
-                pool_size=10,
-                max_overflow=20,
+                pool_size=size,
+                max_overflow=size,
                 pool_recycle=1800,
             )
             _engines[key] = engine

@@ -29,7 +29,7 @@ from pipeline.errors import (
     RunStopped,
     TemporaryError,
 )
-from pipeline.leases import Heartbeat, Lease, claim, fenced
+from pipeline.leases import Heartbeat, Lease, claim_from_dead_txn, claim_txn, fenced
 from pipeline.llm import Model, Reply, model_for
 from pipeline.logs import get_logger, step_context
 from pipeline.retry import RetryPolicy, call_with_retries
@@ -80,29 +80,82 @@ class RunSnapshot:
 
 def execute_step(run_id: uuid.UUID, owner: str, settings: Settings | None = None) -> StepResult:
     settings = settings or get_settings()
-    lease = claim(run_id, owner, settings.lease_seconds)
-    if lease is None:
+    with transaction() as session:  # claim and load in one round of the database
+        lease = claim_txn(session, run_id, owner, settings.lease_seconds) or claim_from_dead_txn(
+            session, run_id, owner, settings.lease_seconds
+        )
+        loaded = _load_txn(session, run_id) if lease is not None else None
+    if lease is None or loaded is None:
         log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
         return StepResult(Outcome.SKIPPED, run_id)
     with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
         try:
-            return StepRunner(lease, heartbeat, settings).run()
+            return StepRunner(lease, heartbeat, settings, loaded).run()
         except LeaseLost as exc:
             log.warning("run %s: %s; stopping without writing", run_id, exc)
             return StepResult(Outcome.LEASE_LOST, run_id)
 
 
+@dataclass(frozen=True)
+class Loaded:
+    run: RunSnapshot
+    journal: jr.Journal
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the stop checks read, as of one transaction."""
+
+    cancel_requested: bool
+    cancelled_by: str | None
+    past_deadline: bool
+    spend: budgets.Spend
+
+
+def _limits_txn(session: Session, run_id: uuid.UUID) -> Limits:
+    row = session.execute(
+        select(Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()).where(
+            Run.id == run_id
+        )
+    ).one()
+    return Limits(row[0], row[1], bool(row[2]), budgets.spend_txn(session, run_id))
+
+
+def _load_txn(session: Session, run_id: uuid.UUID) -> Loaded:
+    row = session.execute(
+        select(
+            Run.id, Run.agent, Run.input, Run.step, Run.max_steps, Run.state, Run.batch_id
+        ).where(Run.id == run_id)
+    ).one()
+    snapshot = RunSnapshot(
+        id=row.id,
+        agent=row.agent,
+        input=row.input,
+        step=row.step,
+        max_steps=row.max_steps,
+        state=row.state,
+        batch_id=row.batch_id,
+    )
+    return Loaded(snapshot, jr.Journal.load_txn(session, run_id), _limits_txn(session, run_id))
+
+
 class StepRunner:
-    def __init__(self, lease: Lease, heartbeat: Heartbeat, settings: Settings) -> None:
+    def __init__(
+        self, lease: Lease, heartbeat: Heartbeat, settings: Settings, loaded: Loaded
+    ) -> None:
         self.lease = lease
         self.heartbeat = heartbeat
         self.settings = settings
+        self.loaded = loaded
+        self._limits: Limits | None = loaded.limits
+        """Limits read in the transaction that just committed: the next check uses them."""
         self.model: Model = model_for(settings)
         self.agent: Agent | None = None
         self.calls_in_step = 0
 
     def run(self) -> StepResult:
-        run, journal = self._load()
+        run, journal = self.loaded.run, self.loaded.journal
         with step_context(run.id, run.agent, run.step, self.lease.owner):
             return self._run(run, journal)
 
@@ -142,52 +195,26 @@ class StepRunner:
         passed its deadline or a budget. Raises BaseException subclasses, past any
         `except Exception` in an agent or a tool."""
         self.heartbeat.check()
+        limits, self._limits = self._limits, None
+        if limits is None:
+            with transaction() as session:
+                limits = _limits_txn(session, self.lease.run_id)
+        stop = _stop_for(limits, self.agent, self.settings, self.calls_in_step, before_tool)
+        if stop is None:
+            return
         alert = None
+        spend = limits.spend
         with transaction() as session:
-            row = session.execute(
-                select(
-                    Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()
-                ).where(Run.id == self.lease.run_id)
-            ).one()
-            spend = budgets.spend_txn(session, self.lease.run_id)
-            stop = _stop_for(row, spend, self.agent, self.settings, self.calls_in_step, before_tool)
-            if stop is not None and stop.reason == "budget" and spend.batch_id:
-                if spend.batch_status is BatchStatus.RUNNING:
-                    alert = budgets.stop_batch_txn(session, spend.batch_id, "budget", str(stop))
-            elif stop is not None and stop.reason.startswith("max_"):
+            if stop.reason == "budget" and spend.batch_status is BatchStatus.RUNNING:
+                assert spend.batch_id is not None
+                alert = budgets.stop_batch_txn(session, spend.batch_id, "budget", str(stop))
+            elif stop.reason.startswith("max_"):
                 subject = f"run:{self.lease.run_id}"
-                alert = budgets.raise_alert_txn(
-                    session, f"budget_{stop.reason}", subject, str(stop)
-                )
+                kind = f"budget_{stop.reason}"
+                alert = budgets.raise_alert_txn(session, kind, subject, str(stop))
         if alert is not None:
             budgets.notify(alert, self.settings)
-        if stop is not None:
-            raise stop
-
-    def _load(self) -> tuple[RunSnapshot, jr.Journal]:
-        with transaction() as session:
-            row = session.execute(
-                select(
-                    Run.id,
-                    Run.agent,
-                    Run.input,
-                    Run.step,
-                    Run.max_steps,
-                    Run.state,
-                    Run.batch_id,
-                ).where(Run.id == self.lease.run_id)
-            ).one()
-            journal = jr.Journal.load_txn(session, row.id)
-        snapshot = RunSnapshot(
-            id=row.id,
-            agent=row.agent,
-            input=row.input,
-            step=row.step,
-            max_steps=row.max_steps,
-            state=row.state,
-            batch_id=row.batch_id,
-        )
-        return snapshot, journal
+        raise stop
 
     def _limit_reached(self, run: RunSnapshot) -> tuple[RunStatus, str] | None:
         """Limits known from the snapshot; cancel and deadline are checked before each call."""
@@ -243,6 +270,7 @@ class StepRunner:
         )
         with fenced(self.lease) as session:
             journal.append_txn(session, key, run.step, jr.MODEL_STEP, reply)
+            self._limits = _limits_txn(session, run.id)  # for the check before the first tool
         crash_point("after_model_journaled")
         return reply
 
@@ -338,18 +366,17 @@ class StepRunner:
 
 
 def _stop_for(
-    row: Any,
-    spend: budgets.Spend,
+    limits: Limits,
     agent: Agent | None,
     settings: Settings,
     calls_in_step: int,
     before_tool: bool,
 ) -> RunStopped | None:
     """The first reason this run must stop before its next call, if any."""
-    cancel_requested, cancelled_by, past_deadline = row
-    if cancel_requested:
-        return RunStopped("cancelled", f"cancelled by {cancelled_by}")
-    if past_deadline:
+    spend = limits.spend
+    if limits.cancel_requested:
+        return RunStopped("cancelled", f"cancelled by {limits.cancelled_by}")
+    if limits.past_deadline:
         return RunStopped("deadline", "the run's deadline passed")
     if spend.batch_status is BatchStatus.STOPPED:
         reason = spend.batch_stop_reason or "budget"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,35 @@ class Entry:
     payload: dict[str, Any]
 
 
+class _SeenEntries:
+    """Per process: the journal entries already read, by run, so a long run's step reads only
+    what is new. Safe because a run's entries are only appended, one fenced transaction at a
+    time (so their ids grow in commit order)."""
+
+    def __init__(self, runs: int = 256) -> None:
+        self._runs = runs
+        self._seen: OrderedDict[uuid.UUID, tuple[int, list[Entry]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: uuid.UUID) -> tuple[int, list[Entry]]:
+        with self._lock:
+            seen = self._seen.get(run_id)
+            if seen is None:
+                return 0, []
+            self._seen.move_to_end(run_id)
+            return seen[0], list(seen[1])
+
+    def put(self, run_id: uuid.UUID, last_id: int, entries: list[Entry]) -> None:
+        with self._lock:
+            self._seen[run_id] = (last_id, entries)
+            self._seen.move_to_end(run_id)
+            while len(self._seen) > self._runs:
+                self._seen.popitem(last=False)
+
+
+_CACHE = _SeenEntries()
+
+
 class Journal:
     """A run's journal as loaded at the start of a step, plus what this step adds."""
 
@@ -47,14 +78,23 @@ class Journal:
 
     @classmethod
     def load_txn(cls, session: Session, run_id: uuid.UUID) -> Journal:
+        """The run's journal; only entries this process has not seen yet are read."""
+        last_id, known = _CACHE.get(run_id)
         rows = session.execute(
             select(
-                JournalEntry.key, JournalEntry.step, JournalEntry.step_name, JournalEntry.payload
+                JournalEntry.id,
+                JournalEntry.key,
+                JournalEntry.step,
+                JournalEntry.step_name,
+                JournalEntry.payload,
             )
-            .where(JournalEntry.run_id == run_id)
+            .where(JournalEntry.run_id == run_id, JournalEntry.id > last_id)
             .order_by(JournalEntry.id)
         ).all()
-        return cls(run_id, [Entry(r.key, r.step, r.step_name, r.payload) for r in rows])
+        entries = known + [Entry(r.key, r.step, r.step_name, r.payload) for r in rows]
+        if rows:
+            _CACHE.put(run_id, rows[-1].id, entries)
+        return cls(run_id, list(entries))
 
     def replay(self, key: str, step_name: str) -> dict[str, Any] | None:
         """The journaled payload for `key` or None; another step name means the code changed."""

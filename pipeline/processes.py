@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+# celeryconfig sets worker_pool="threads"; Celery reads an explicit --pool=prefork as "no
+# pool given" and keeps threads, so prefork must be asked for by its other name.
+_POOL_ALIASES = {"prefork": "processes"}
+
 
 @dataclass
 class CeleryProcess:
@@ -39,7 +43,8 @@ class CeleryProcess:
             return [*celery, "beat", "--loglevel=INFO", f"--schedule={schedule}"]
         return [
             *celery, "worker", "-n", self.nodename, "--loglevel=INFO",
-            f"--pool={self.pool}", f"--concurrency={self.concurrency}",
+            f"--pool={_POOL_ALIASES.get(self.pool, self.pool)}",
+            f"--concurrency={self.concurrency}",
             "--without-mingle", "--without-gossip",
         ]  # fmt: skip
 

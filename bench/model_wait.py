@@ -1,0 +1,109 @@
+"""Waiting on a slow model: many bench runs at once whose model takes 0.5 s to answer (the
+local Messages API server, through the real anthropic SDK), on thread-pool workers.
+
+Wall time is compared with the ideal with unlimited concurrency (steps x latency: every run's
+steps back to back, all runs at once), with the ideal for the slots the workers have, and with
+running the same model calls one after another.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from typing import Any
+
+import common
+
+NAME = "model_wait"
+REDIS_DB = 12
+TARGET = 1.3
+
+
+def peak_in_flight(entries: list[dict[str, Any]], latency: float) -> int:
+    """The most model requests the server held at once (each is held `latency` seconds)."""
+    arrivals = sorted(datetime.fromisoformat(e["at"]).timestamp() for e in entries)
+    peak, first = 0, 0
+    for i, at in enumerate(arrivals):
+        while arrivals[first] <= at - latency:
+            first += 1
+        peak = max(peak, i - first + 1)
+    return peak
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.parser(__doc__)
+    parser.add_argument("--runs", type=int, default=1000, help="runs (default 1000)")
+    parser.add_argument("--steps", type=int, default=5, help="steps a run (default 5)")
+    parser.add_argument("--latency", type=float, default=0.5, help="model seconds (0.5)")
+    parser.add_argument("--processes", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads", type=int, default=100, help="threads a worker (100)")
+    args = parser.parse_args(argv)
+    slots = args.processes * args.threads
+    calls = args.runs * args.steps
+
+    with common.model_server(args.latency) as server:
+        with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=server.url) as b:
+            common.log(f"starting {args.processes} worker(s), threads x{args.threads} each")
+            for i in range(args.processes):
+                b.worker(f"w{i + 1}", concurrency=args.threads)
+            # Warm-up: every thread's first step opens its connections (database, model).
+            run_ids = common.create_runs(slots, 1, "warmup")
+            common.enqueue(run_ids)
+            common.wait_for_runs(slots, timeout=120, label="warm-up runs")
+            log_before = len(server.log.entries())
+            run_ids = common.create_runs(args.runs, args.steps, "measured")
+            with common.CpuMeter(b.processes) as cpu:
+                started = time.monotonic()
+                common.enqueue(run_ids)
+                wall = common.wait_for_runs(
+                    slots + args.runs,
+                    timeout=120 + calls * args.latency,
+                    label="runs",
+                    started=started,
+                )
+        measured = server.log.entries()[log_before:]
+    requests = len(measured)
+    peak = peak_in_flight(measured, args.latency)
+
+    unlimited = args.steps * args.latency
+    slot_bound = math.ceil(args.runs / slots) * args.steps * args.latency
+    serial = calls * args.latency
+    common.print_table(
+        f"model_wait: {args.runs} runs x {args.steps} steps, model latency "
+        f"{args.latency:g} s, {args.processes} worker process(es) x {args.threads} threads "
+        f"({slots} slots)",
+        ["", "wall", "measured / this"],
+        [
+            ["measured", common.secs(wall), ""],
+            [
+                "ideal, unlimited concurrency (steps x latency)",
+                common.secs(unlimited),
+                common.times(wall / unlimited),
+            ],
+            [
+                f"ideal with {slots} slots (ceil(runs/slots) x steps x latency)",
+                common.secs(slot_bound),
+                common.times(wall / slot_bound),
+            ],
+            [
+                "serial (runs x steps x latency)",
+                common.secs(serial),
+                f"{serial / wall:.0f}x faster than serial",
+            ],
+        ],
+    )
+    common.print_notes(
+        b.machine(),
+        f"model requests: {requests} for {calls} steps; at most {peak} in flight at once",
+        f"machine CPU during the run: {cpu.describe()}; {calls / wall:.0f} steps/s; "
+        f"{cpu.per_task(calls)} of machine CPU a step",
+        f"CPU by process, in cores: {cpu.breakdown()}",
+        f"vs unlimited-concurrency ideal: {common.verdict(wall / unlimited, TARGET)}",
+        f"vs ideal for {slots} slots: {common.verdict(wall / slot_bound, TARGET)}",
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
