@@ -238,7 +238,7 @@ class StepRunner:
             )
         if uses:
             return self._checkpoint(run, reply, tool_calls=len(uses))
-        messages = journal.messages(agent, run.input, before_step=run.step + 1)
+        messages = journal.messages(agent, run.input, before_step=run.step + 1, remember=False)
         conversation = Conversation(input=run.input, messages=messages, state=run.state)
         if agent.check_success is not None and not agent.check_success(conversation):
             with fenced(self.lease) as session:

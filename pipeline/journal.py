@@ -68,6 +68,33 @@ class _SeenEntries:
 _CACHE = _SeenEntries()
 
 
+class _Conversations:
+    """Per process: the conversation of each run as built up to some step."""
+
+    def __init__(self, runs: int = 256) -> None:
+        self._runs = runs
+        self._built: OrderedDict[uuid.UUID, tuple[int, list[Message]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: uuid.UUID, before_step: int) -> tuple[int, list[Message]]:
+        """The longest conversation built that does not go past `before_step`."""
+        with self._lock:
+            built = self._built.get(run_id)
+            if built is None or built[0] > before_step:
+                return 0, []
+            return built[0], list(built[1])
+
+    def put(self, run_id: uuid.UUID, until: int, messages: list[Message]) -> None:
+        with self._lock:
+            self._built[run_id] = (until, list(messages))
+            self._built.move_to_end(run_id)
+            while len(self._built) > self._runs:
+                self._built.popitem(last=False)
+
+
+_CONVERSATIONS = _Conversations()
+
+
 class Journal:
     """A run's journal as loaded at the start of a step, plus what this step adds."""
 
@@ -121,10 +148,19 @@ class Journal:
         self.entries.append(entry)
         self._by_key[key] = entry
 
-    def messages(self, agent: Agent, run_input: dict[str, Any], before_step: int) -> list[Message]:
-        """Rebuild the conversation from the journal instead of storing it again each step."""
-        messages: list[Message] = [agent.first_message(run_input)]
-        for step in range(before_step):
+    def messages(
+        self, agent: Agent, run_input: dict[str, Any], before_step: int, *, remember: bool = True
+    ) -> list[Message]:
+        """Rebuild the conversation from the journal instead of storing it again each step.
+
+        Checkpointed steps never change, so the conversation up to a step this process built
+        before is reused and only the newer steps are added. `remember=False` when
+        `before_step` includes the step still being worked on.
+        """
+        built_until, messages = _CONVERSATIONS.get(self.run_id, before_step)
+        if not messages:
+            messages = [agent.first_message(run_input)]
+        for step in range(built_until, before_step):
             reply = self._by_key.get(model_key(step))
             if reply is None:
                 continue
@@ -133,7 +169,9 @@ class Journal:
             user = self._results_for(content) + self._note_for(step)
             if user:
                 messages.append({"role": "user", "content": user})
-        return messages
+        if remember:
+            _CONVERSATIONS.put(self.run_id, before_step, messages)
+        return list(messages)
 
     def _results_for(self, content: list[Block]) -> list[Block]:
         blocks = []
