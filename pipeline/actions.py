@@ -83,6 +83,18 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     raise AssertionError("unreachable: parking raises")
 
 
+def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
+    """Record an approval-requiring call as pending without sending anything, so a person sees
+    every proposal of a model reply at once rather than one per replay of the step."""
+    effect = tool.side_effect
+    assert effect is not None and tool.requires_approval, f"{tool.name} needs no approval"
+    try:
+        key = check_key(effect.key(call.block["input"], context), what="idempotency key")
+    except NightshiftError:
+        return  # perform() reports it to the model when this call's turn comes
+    _ensure_recorded(call, tool, effect, key, call.block["input"])
+
+
 def _next_move(
     call: ToolCall,
     tool: Tool,

@@ -17,7 +17,11 @@ Handler = Callable[[argparse.Namespace], int]
 AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
 
 # Each module adds its verbs with `register(add: AddCommand)`.
-COMMAND_MODULES: tuple[str, ...] = ("pipeline.cli_schedules",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "pipeline.cli_schedules",
+    "pipeline.cli_batches",
+    "pipeline.cli_watch",
+)
 
 
 # -- services -------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ class DecisionResult:
     run_id: uuid.UUID
 
 
+_FINISHED = tuple(s for s in RunStatus if s.is_terminal())
+
 # What each decision requires and produces.
 _RULES: dict[Decision, tuple[ActionState, ActionState]] = {
     Decision.APPROVE: (ActionState.PENDING_APPROVAL, ActionState.INTENDED),
@@ -96,9 +98,11 @@ def decide_txn(
     )
     if decision in (Decision.HAPPENED, Decision.DID_NOT_HAPPEN):
         allowed = true()
+    # A finished run will never send an approved action: refuse rather than pretend.
+    run_open = Action.run_id.in_(select(Run.id).where(Run.status.not_in(_FINISHED)))
     changed = session.execute(
         update(Action)
-        .where(Action.idempotency_key == key, Action.state == required, allowed)
+        .where(Action.idempotency_key == key, Action.state == required, allowed, run_open)
         .values(**values)
         .returning(Action.run_id)
     ).scalar_one_or_none()
@@ -120,6 +124,12 @@ def _repeat_or_refuse(
         raise UnknownAction(f"no action has idempotency key {key!r}")
     if row.decision is None and row.state == required and row.approvers:
         raise NotAnApprover(f"{by!r} may not decide action {key!r}; approvers: {row.approvers}")
+    run_status = session.scalar(select(Run.status).where(Run.id == row.run_id))
+    if row.decision is None and run_status in _FINISHED:
+        raise StatusConflict(
+            f"action {key!r} belongs to run {row.run_id}, which is {run_status}: "
+            "nothing would carry out a decision now"
+        )
     if row.decision == decision.value:
         return DecisionResult(key, decision, row.decided_by or "", False, row.state, row.run_id)
     if row.decision is not None:

@@ -34,7 +34,7 @@ from pipeline.llm import Model, Reply, model_for
 from pipeline.logs import get_logger, step_context
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.settings import Settings, get_settings
-from pipeline.toolcalls import ToolCall, run_tool_call
+from pipeline.toolcalls import ToolCall, record_proposals, run_tool_call
 
 log = get_logger("nightshift.engine")
 
@@ -226,16 +226,12 @@ class StepRunner:
         messages = journal.messages(agent, run.input, before_step=run.step)
         reply = self._model_reply(run, agent, journal, messages)
         uses = [b for b in reply["content"] if b["type"] == "tool_use"]
-        for block in uses:
+        calls = [ToolCall(self.lease, run.id, run.agent, run.step, run.input, b) for b in uses]
+        record_proposals(calls, agent, journal, self.settings)
+        for call in calls:
             self._keep_going(before_tool=True)
             self.calls_in_step += 1
-            run_tool_call(
-                ToolCall(self.lease, run.id, run.agent, run.step, run.input, block),
-                agent,
-                journal,
-                self.settings,
-                self._keep_going,
-            )
+            run_tool_call(call, agent, journal, self.settings, self._keep_going)
         if uses:
             return self._checkpoint(run, reply, tool_calls=len(uses))
         messages = journal.messages(agent, run.input, before_step=run.step + 1, remember=False)

@@ -79,7 +79,12 @@ def child_finished_txn(session: Session, batch_id: str) -> list[uuid.UUID]:
     The batch row lock serialises the children finishing at once; the synthesis key makes a
     second start impossible even so. Returns the runs to enqueue after the commit.
     """
-    batch = session.scalar(select(Batch).where(Batch.id == batch_id).with_for_update())
+    # FOR NO KEY UPDATE, not FOR UPDATE: the caller's second UPDATE of the child's run row in
+    # this transaction re-checks the runs.batch_id foreign key, which takes a KEY SHARE lock on
+    # this batch row; FOR UPDATE conflicts with KEY SHARE, so two children finishing at once
+    # would each wait for the other's KEY SHARE lock: a deadlock.
+    locked = select(Batch).where(Batch.id == batch_id).with_for_update(key_share=True)
+    batch = session.scalar(locked)
     if batch is None or batch.synthesis_run_id is not None or batch.status.is_terminal():
         return []
     unfinished = session.scalar(

@@ -20,6 +20,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from models import Batch, BatchStatus, FireDecision, Run, RunStatus, ScheduleFire
+from pipeline.agents.competitor_monitor import start_competitor_monitor
+from pipeline.agents.invoice_reminders import start_invoice_reminders
 from pipeline.cancellation import cancel_run_txn
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError
@@ -74,7 +76,11 @@ def start_nightly_report(session: Session, schedule: Schedule, slot: datetime) -
     return Started(run_id=started.run_id, enqueue=(started.run_id,) if started.created else ())
 
 
-JOBS: dict[str, JobStarter] = {"nightly_report": start_nightly_report}
+JOBS: dict[str, JobStarter] = {
+    "nightly_report": start_nightly_report,
+    "competitor_monitor": start_competitor_monitor,
+    "invoice_reminders": start_invoice_reminders,
+}
 
 
 def register_job(name: str, starter: JobStarter) -> JobStarter:

@@ -84,6 +84,25 @@ def run_tool_call(
     return _record(call, journal, settings, output=output)
 
 
+def record_proposals(
+    calls: list[ToolCall], agent: Agent, journal: jr.Journal, settings: Settings
+) -> None:
+    """Before any call of a reply runs: record each approval-requiring one as pending, so the
+    run that parks on the first still shows the approver all of them."""
+    from pipeline.actions import record_proposal
+
+    for call in calls:
+        tool = agent.tool(call.block["name"])
+        if tool is None or not tool.requires_approval or tool.side_effect is None:
+            continue
+        if journal.replay(call.key, tool.name) is not None:
+            continue
+        if tool.argument_errors(call.block.get("input")):
+            continue
+        context = ToolContext(call.run_id, call.agent, call.block["id"], settings, call.run_input)
+        record_proposal(tool, call, context)
+
+
 def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     if tool.has_side_effects:
         from pipeline.actions import perform

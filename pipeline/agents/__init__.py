@@ -10,9 +10,25 @@ from pipeline.errors import UnknownAgent
 
 @cache
 def _registry() -> dict[str, Agent]:
-    from pipeline.agents import bench_agent, follow_up, nightly_report, patch
+    from pipeline.agents import (
+        bench_agent,
+        competitor_monitor,
+        follow_up,
+        invoice_reminders,
+        nightly_report,
+        patch,
+        price_synthesis,
+    )
 
-    shipped = (nightly_report.AGENT, patch.AGENT, follow_up.AGENT, bench_agent.AGENT)
+    shipped = (
+        nightly_report.AGENT,
+        patch.AGENT,
+        follow_up.AGENT,
+        bench_agent.AGENT,
+        competitor_monitor.AGENT,
+        price_synthesis.AGENT,
+        invoice_reminders.AGENT,
+    )
     return {agent.name: agent for agent in shipped}
 
 

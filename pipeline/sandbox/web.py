@@ -1,4 +1,5 @@
-"""Read-only pages for agents: report sources and competitor prices, with injectable failures."""
+"""Read-only pages for agents: report sources, competitor prices and overdue invoices, with
+injectable failures."""
 
 from __future__ import annotations
 
@@ -48,6 +49,33 @@ DEFAULT_SOURCES: dict[str, dict[str, str]] = {
 
 SKU_BASE_PRICES: dict[str, float] = {"sku-1": 19.99, "sku-2": 49.00, "sku-3": 129.00}
 
+OVERDUE_INVOICES: tuple[dict[str, str | float], ...] = tuple(
+    {
+        "client": client,
+        "name": name,
+        "email": f"accounts@{client}.example.com",
+        "invoice": f"INV-2026-{1040 + i:04d}",
+        "amount": round(480.0 + 137.5 * i, 2),
+        "currency": "EUR",
+        "due_date": f"2026-10-{10 + 2 * i:02d}",
+    }
+    for i, (client, name) in enumerate(
+        [
+            ("acme", "Acme Corporation"),
+            ("globex", "Globex"),
+            ("initech", "Initech"),
+            ("umbrella", "Umbrella Health"),
+            ("hooli", "Hooli"),
+            ("stark", "Stark Industries"),
+            ("wayne", "Wayne Enterprises"),
+            ("wonka", "Wonka Confections"),
+            ("tyrell", "Tyrell Corporation"),
+            ("cyberdyne", "Cyberdyne Systems"),
+        ]
+    )
+)
+"""The same ten overdue invoices every time, one per client."""
+
 _ADJECTIVES = [
     "Acme",
     "Blue",
@@ -87,7 +115,8 @@ class FailRule:
 
 
 class WebSandbox(SandboxServer):
-    """`GET /sources/<name>`, `GET /competitors`, `GET /competitors/<id>/prices`.
+    """`GET /sources/<name>`, `GET /competitors`, `GET /competitors/<id>/prices`,
+    `GET /invoices/overdue`.
 
     Control: `POST /_control/fail {"path", "status", "times"}` (times -1 = forever),
     `POST /_control/reset`, `GET /_control/stats` -> `{"requests": {path: count}}`.
@@ -111,6 +140,7 @@ class WebSandbox(SandboxServer):
         self.route("GET", "/sources/{name}", self._source)
         self.route("GET", "/competitors", self._competitors)
         self.route("GET", "/competitors/{id}/prices", self._prices)
+        self.route("GET", "/invoices/overdue", self._overdue)
         self.route("POST", "/_control/fail", self._fail)
         self.route("GET", "/_control/stats", self._stats)
 
@@ -159,6 +189,9 @@ class WebSandbox(SandboxServer):
             200,
             {"competitor": cid, "currency": "USD", "as_of": self.timestamp(), "prices": prices},
         )
+
+    def _overdue(self, _: Request) -> Response:
+        return Response(200, {"as_of": self.timestamp(), "invoices": list(OVERDUE_INVOICES)})
 
     def _fail(self, request: Request) -> Response:
         body = request.json_object()

@@ -129,14 +129,14 @@ def test_manual_fire_checks_the_slot(db_url: str) -> None:
 
 
 def test_a_job_that_is_not_registered_fails_clearly_and_records_nothing(db_url: str) -> None:
-    # given a shipped schedule whose job the lead has not registered yet, next to the report
-    monitor = Schedule(name="competitor-monitor", job="competitor_monitor", hour="2",
+    # given a schedule whose job nobody has registered, next to the report
+    monitor = Schedule(name="competitor-monitor", job="price_scraper", hour="2",
                        timezone=BERLIN)  # fmt: skip
     report = nightly()
     # when both are due
     result = check_schedules(now=berlin(30, 2, 0, 30), schedules=[monitor, report])
     # then the monitor's error names the job, nothing is recorded for it, the report fires
-    assert "no job registered for 'competitor_monitor'" in result.errors["competitor-monitor"]
+    assert "no job registered for 'price_scraper'" in result.errors["competitor-monitor"]
     assert fires("competitor-monitor") == []
     assert [d.schedule for d in result.decisions] == ["nightly-report-ops"]
     with pytest.raises(UnknownJob):
@@ -350,10 +350,12 @@ def test_overlap_cancel_other_cancels_the_unfinished_runs_of_a_running_batch(
 def test_schedules_list_and_fire_on_the_command_line(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    # given a schedules file with an hourly report next to the shipped schedules
+    # given a schedules file with an hourly report and a job nobody registered yet, next to the
+    # shipped schedules
     path = tmp_path / "schedules.json"
     path.write_text(json.dumps([{"name": "hourly", "job": "nightly_report", "minute": "0",
-                                 "params": {"team": "ops"}}]))  # fmt: skip
+                                 "params": {"team": "ops"}},
+                                {"name": "scraper", "job": "price_scraper"}]))  # fmt: skip
     monkeypatch.setenv("NIGHTSHIFT_SCHEDULES_FILE", str(path))
     # when an operator fires its latest slot twice and lists the schedules
     assert main(["schedules", "fire", "hourly", "--json"]) == 0
@@ -368,7 +370,8 @@ def test_schedules_list_and_fire_on_the_command_line(
     assert (last["decision"], last["run_id"], last["duplicates"]) == ("fired", first["run_id"], 1)
     assert listed["nightly-report-ops"]["when"] == "every day at 02:00"
     assert listed["nightly-report-ops"]["timezone"] == "Europe/Berlin"
-    assert listed["competitor-monitor"]["job_registered"] is False
+    assert listed["competitor-monitor"]["job_registered"] is True
+    assert listed["scraper"]["job_registered"] is False
     assert main(["schedules", "list"]) == 0
     assert "(not registered)" in capsys.readouterr().out
     assert main(["schedules", "fire", "nope"]) == 2

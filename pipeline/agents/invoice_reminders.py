@@ -1,0 +1,182 @@
+"""Invoice reminders: every Monday, one reminder email per overdue client and ISO week.
+
+One reminder per step, so a crash after the third email resumes at the fourth, and the key
+`invoice-reminder:<client>:<iso-week>` makes a second run in the same week send nothing again.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from sqlalchemy.orm import Session
+
+from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
+from pipeline.runs import create_run_txn
+from pipeline.services import TIMEOUT, email_effect, send_email, service_url
+from pipeline.slots import slot_key
+from pipeline.tools import ToolContext, tool
+
+if TYPE_CHECKING:
+    from pipeline.schedules import Started
+    from pipeline.slots import Schedule
+
+MAX_TRIES = 2
+"""Calls of one tool for one thing (the list, a client's reminder) before moving on."""
+
+_CLIENT = "^[a-z0-9-]{1,60}$"
+
+
+def iso_week(day: str) -> str:
+    """`2026-11-30` -> `2026-W49` (the ISO year, which differs from the calendar year in
+    the last days of December and the first days of January)."""
+    year, week, _ = date.fromisoformat(day).isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+# -- the job --------------------------------------------------------------------------------
+
+
+def start_invoice_reminders(session: Session, schedule: Schedule, slot: datetime) -> Started:
+    """One run per slot, dated the slot's local date (its ISO week keys the reminders)."""
+    # pipeline.schedules imports this module for its JOBS table, so not at the top.
+    from pipeline.schedules import Started
+
+    run_input = {"date": schedule.local(slot).date().isoformat()}
+    started = create_run_txn(session, "invoice_reminders", run_input, slot_key(schedule.name, slot))
+    return Started(run_id=started.run_id, enqueue=(started.run_id,) if started.created else ())
+
+
+# -- tools ----------------------------------------------------------------------------------
+
+
+@tool(
+    description="List the overdue invoices: client, name, email, invoice, amount, due date.",
+    schema={"type": "object", "properties": {}, "additionalProperties": False},
+)
+def list_overdue_invoices(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
+    response = httpx.get(f"{base}/invoices/overdue", timeout=TIMEOUT)
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def reminder_key(args: dict[str, Any], context: ToolContext) -> str:
+    """One reminder per client and ISO week, whichever run (or rerun) of the week sends it."""
+    return f"invoice-reminder:{args['client']}:{iso_week(context.run_input['date'])}"
+
+
+@tool(
+    description="Email one overdue client a payment reminder for their invoice.",
+    schema={
+        "type": "object",
+        "properties": {
+            "client": {"type": "string", "pattern": _CLIENT},
+            "to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
+            "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+            "body": {"type": "string", "minLength": 1, "maxLength": 5000},
+        },
+        "required": ["client", "to", "subject", "body"],
+        "additionalProperties": False,
+    },
+    side_effect=email_effect(reminder_key),
+)
+def send_invoice_reminder(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return send_email(context, args["to"], args["subject"], args["body"])
+
+
+# -- the script -----------------------------------------------------------------------------
+
+
+def _calls(conversation: Conversation, name: str) -> dict[str, dict[str, Any]]:
+    return {b["id"]: b["input"] for b in conversation.tool_uses() if b["name"] == name}
+
+
+def _overdue(conversation: Conversation) -> list[dict[str, Any]] | None:
+    asked = _calls(conversation, "list_overdue_invoices")
+    for result in conversation.tool_results():
+        if result["tool_use_id"] in asked and not result.get("is_error"):
+            invoices: list[dict[str, Any]] = json.loads(result["content"]).get("invoices", [])
+            return invoices
+    return None
+
+
+def _reminders(conversation: Conversation) -> dict[str, list[bool]]:
+    """Client -> whether each reminder call so far succeeded."""
+    asked = _calls(conversation, "send_invoice_reminder")
+    outcomes: dict[str, list[bool]] = {}
+    for result in conversation.tool_results():
+        args = asked.get(result["tool_use_id"])
+        if args is not None:
+            outcomes.setdefault(args["client"], []).append(not result.get("is_error"))
+    return outcomes
+
+
+def reminder(invoice: dict[str, Any], week: str) -> dict[str, Any]:
+    amount = f"{float(invoice['amount']):,.2f} {invoice['currency']}"
+    body = (
+        f"Dear {invoice['name']},\n\n"
+        f"our invoice {invoice['invoice']} for {amount} was due on {invoice['due_date']} and "
+        "is still open. Please arrange payment, or reply if it has crossed with this email.\n\n"
+        f"Kind regards,\nAccounts receivable ({week})"
+    )
+    return {
+        "client": invoice["client"],
+        "to": invoice["email"],
+        "subject": f"Reminder: invoice {invoice['invoice']} ({amount}) is overdue",
+        "body": body,
+    }
+
+
+def script(conversation: Conversation) -> list[Block]:
+    """The list once, then one reminder a step, then a closing line with what happened."""
+    step = conversation.assistant_turns()
+    week = iso_week(conversation.input["date"])
+    invoices = _overdue(conversation)
+    if invoices is None:
+        if len(_calls(conversation, "list_overdue_invoices")) < MAX_TRIES:
+            return [
+                text("Listing overdue invoices."),
+                tool_use(step, 0, "list_overdue_invoices", {}),
+            ]
+        return [text("The overdue invoices could not be listed; no reminders were sent.")]
+    done = _reminders(conversation)
+    for invoice in invoices:
+        tries = done.get(invoice["client"], [])
+        if not any(tries) and len(tries) < MAX_TRIES:
+            email = reminder(invoice, week)
+            return [tool_use(step, 0, "send_invoice_reminder", email)]
+    sent = sorted(client for client, tries in done.items() if any(tries))
+    failed = sorted(client for client, tries in done.items() if not any(tries))
+    return [
+        text(
+            f"Invoice reminders for {week}: {len(sent)} sent ({', '.join(sent) or 'none'}); "
+            f"{len(failed)} failed ({', '.join(failed) or 'none'})."
+        )
+    ]
+
+
+AGENT = Agent(
+    name="invoice_reminders",
+    system="You chase overdue invoices politely: one short reminder per client and week.",
+    instructions=(
+        "List the overdue invoices with list_overdue_invoices, then send each client one "
+        "reminder with send_invoice_reminder, one client at a time. Finish with a line saying "
+        "who was reminded and whose reminder failed."
+    ),
+    tools=(list_overdue_invoices, send_invoice_reminder),
+    input_schema={
+        "type": "object",
+        "properties": {
+            "date": {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
+        },
+        "required": ["date"],
+        "additionalProperties": False,
+    },
+    script=script,
+    # The list, one step per client (a second try for a failed one), the closing line.
+    max_steps=64,
+)
