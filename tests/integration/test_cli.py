@@ -1,0 +1,51 @@
+"""The `nightshift` command for people: clear errors, tables, --json, watch."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from sqlalchemy import update
+
+from models import Run, RunStatus
+from pipeline.cli import main
+from pipeline.db import transaction
+from pipeline.runs import create_run_txn
+
+REPORT = {"team": "ops", "date": "2026-11-29"}
+
+
+def finished_run() -> uuid.UUID:
+    with transaction() as session:
+        run_id = create_run_txn(session, "nightly_report", REPORT).run_id
+        session.execute(
+            update(Run).where(Run.id == run_id).values(status=RunStatus.SUCCEEDED, step=6)
+        )
+    return run_id
+
+
+def test_bad_input_is_one_clear_line_and_exit_code_2(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["start", "nightly_report", "--input", "{team: ops}"]) == 2
+    assert "--input is not valid JSON" in capsys.readouterr().err
+    assert main(["start", "nightly_reprot", "--input", json.dumps(REPORT)]) == 2
+    assert "unknown agent 'nightly_reprot'" in capsys.readouterr().err
+    assert main(["show", "not-a-run"]) == 2
+    assert "is not a run id" in capsys.readouterr().err
+    assert main(["watch", "nothing-by-this-name"]) == 2
+    assert "neither a run id nor a batch id" in capsys.readouterr().err
+
+
+def test_runs_show_and_watch_a_finished_run(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = finished_run()
+    assert main(["runs", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in listed] == [str(run_id)]
+    assert main(["show", str(run_id)]) == 0
+    assert f"run {run_id}  agent nightly_report  status succeeded" in capsys.readouterr().out
+    assert main(["watch", str(run_id), "--interval", "0.1"]) == 0
+    assert "nightly_report succeeded" in capsys.readouterr().out
