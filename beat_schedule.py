@@ -13,6 +13,8 @@ from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from celery.schedules import crontab
+
 from pipeline.settings import get_settings
 from pipeline.slots import Missed, Overlap, Schedule
 
@@ -73,6 +75,12 @@ beat_schedule: dict[str, dict[str, Any]] = {
     },
     # Every schedule in SCHEDULES (and the schedules file): fire due slots once each, apply
     # the missed and overlap policies, start buffered slots whose predecessor finished.
+    # Retention: compact finished runs older than NIGHTSHIFT_RETENTION_DAYS, at 04:30 UTC.
+    "nightshift-cleanup": {
+        "task": "pipeline.cleanup",
+        "schedule": crontab(minute="30", hour="4"),
+        "options": {"expires": 3600},
+    },
     "nightshift-schedules": {
         "task": "pipeline.fire_schedules",
         "schedule": timedelta(seconds=_check),

@@ -5,6 +5,7 @@ from models.artifact import Artifact
 from models.base import Base
 from models.batch import Alert, Batch
 from models.journal import JournalEntry
+from models.resumption import ResumeCause, Resumption
 from models.run import Run
 from models.schedule import Event, ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
@@ -20,6 +21,8 @@ __all__ = [
     "Event",
     "FireDecision",
     "JournalEntry",
+    "ResumeCause",
+    "Resumption",
     "Run",
     "RunStatus",
     "ScheduleFire",

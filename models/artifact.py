@@ -22,5 +22,7 @@ class Artifact(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     media_type: Mapped[str] = mapped_column(String(100), default="text/plain")
     created_at: Mapped[datetime] = created_at_column()
+    deleted_at: Mapped[datetime | None]
+    """When retention deleted the file; the row stays as the record of what existed."""
 
     __table_args__ = (Index("ix_artifacts_run_id", "run_id"),)

@@ -19,6 +19,7 @@ AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
 # Each module adds its verbs with `register(add: AddCommand)`.
 COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.cli_schedules",
+    "pipeline.cli_api",
     "pipeline.cli_batches",
     "pipeline.cli_watch",
 )

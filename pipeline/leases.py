@@ -31,16 +31,38 @@ class Lease:
 
 _CLAIM = text(
     """
+    WITH prior AS (
+        SELECT id, lease_expires_at FROM runs
+         WHERE id = :run_id
+           AND status = 'running'
+           AND (lease_expires_at IS NULL OR lease_expires_at < now())
+           FOR UPDATE
+    )
     UPDATE runs
        SET fence = fence + 1,
            lease_owner = :owner,
            lease_expires_at = now() + make_interval(secs => :lease),
            attempt = attempt + 1,
            updated_at = now()
-     WHERE id = :run_id
-       AND status = 'running'
-       AND (lease_expires_at IS NULL OR lease_expires_at < now())
-    RETURNING fence
+      FROM prior
+     WHERE runs.id = prior.id
+    RETURNING runs.fence, prior.lease_expires_at AS expired_at
+    """
+)
+
+# A claim that takes a run over closes its open `resumptions` row (opened by the tick), or
+# records one itself when it found the lease expired with no tick in between. A statement of
+# its own, so that it sees a row the tick committed while this claim waited for the run lock.
+_RECORD_TAKEOVER = text(
+    """
+    WITH resumed AS (
+        UPDATE resumptions SET resumed_at = now(), fence = :fence
+         WHERE run_id = :run_id AND resumed_at IS NULL
+        RETURNING id
+    )
+    INSERT INTO resumptions (run_id, cause, lost_at, resumed_at, fence)
+    SELECT :run_id, 'lease_expired', CAST(:expired_at AS timestamptz), now(), :fence
+     WHERE CAST(:expired_at AS timestamptz) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM resumed)
     """
 )
 
@@ -59,10 +81,16 @@ def claim_txn(
     session: Session, run_id: uuid.UUID, owner: str, lease_seconds: float
 ) -> Lease | None:
     """Take the run if it is runnable and nobody holds a live lease; None otherwise."""
-    fence = session.execute(
+    claimed = session.execute(
         _CLAIM, {"run_id": run_id, "owner": owner, "lease": lease_seconds}
-    ).scalar_one_or_none()
-    return None if fence is None else Lease(run_id, fence, owner)
+    ).one_or_none()
+    if claimed is None:
+        return None
+    session.execute(
+        _RECORD_TAKEOVER,
+        {"run_id": run_id, "fence": claimed.fence, "expired_at": claimed.expired_at},
+    )
+    return Lease(run_id, claimed.fence, owner)
 
 
 _CLAIM_FROM_DEAD = text(

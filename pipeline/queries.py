@@ -89,6 +89,8 @@ def show_run(run_id: uuid.UUID) -> dict[str, Any]:
 
 def summarize(key: str, payload: dict[str, Any]) -> str:
     """One line a person can read for a journal entry."""
+    if payload.get("compacted"):  # retention kept only this line (pipeline/retention.py)
+        return str(payload.get("summary", ""))
     if key.startswith("model:"):
         parts = []
         for block in payload.get("content", []):

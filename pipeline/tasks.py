@@ -10,7 +10,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline import cancellation, decisions, engine, events, runs, schedules
+from pipeline import cancellation, decisions, engine, events, retention, runs, schedules
 from pipeline import tick as ticker
 from pipeline.app import app
 from pipeline.crash import crash_point
@@ -88,3 +88,10 @@ def decide(action_key: str, decision: str, by: str, note: str | None = None) -> 
 def cancel_run(run_id: str, by: str) -> str:
     """Cancel a run: a waiting one at once, a running one before its next model or tool call."""
     return cancellation.cancel_run(uuid.UUID(run_id), by).status.value
+
+
+@app.task(name="pipeline.cleanup", ignore_result=True)
+def cleanup() -> dict[str, int]:
+    """Daily retention: compact old finished runs that owe nothing to anyone."""
+    report = retention.cleanup()
+    return {"compacted": len(report.compacted), "kept": len(report.kept)}

@@ -21,10 +21,12 @@ log = get_logger("nightshift.tick")
 
 # Orphans: running, and either the lease expired or there is none and nothing happened for a
 # while (a step hands off by clearing its lease; a message normally claims within the grace).
+# Each orphan also opens a `resumptions` row (at most one open per run), recording when the
+# run stopped moving; the claim that picks it up closes the row (pipeline/leases.py).
 _ORPHANS = text(
     """
     WITH picked AS (
-        SELECT id FROM runs
+        SELECT id, lease_expires_at, updated_at FROM runs
          WHERE status = 'running'
            AND (lease_expires_at < now()
                 OR (lease_expires_at IS NULL
@@ -32,6 +34,13 @@ _ORPHANS = text(
          ORDER BY updated_at
          LIMIT :limit
          FOR UPDATE SKIP LOCKED
+    ), lost AS (
+        INSERT INTO resumptions (run_id, cause, lost_at)
+        SELECT id,
+               CASE WHEN lease_expires_at IS NULL THEN 'no_message' ELSE 'lease_expired' END,
+               coalesce(lease_expires_at, updated_at)
+          FROM picked
+        ON CONFLICT (run_id) WHERE resumed_at IS NULL DO NOTHING
     )
     UPDATE runs SET lease_expires_at = NULL, lease_owner = NULL, updated_at = now()
       FROM picked WHERE runs.id = picked.id

@@ -66,6 +66,8 @@ def launch(db_url: str, tmp_path: Path) -> Iterator:
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
         "NIGHTSHIFT_DATA_DIR": str(tmp_path / "data"),
         "NIGHTSHIFT_FLOWER_BASIC_AUTH": "ops:night-owl",
+        "NIGHTSHIFT_API_TOKEN": "compose-test-token-0123456789",
+        "NIGHTSHIFT_WEBHOOK_SECRET": "compose-test-secret-0123456789",
     }
 
     def start(name: str, argv: list[str]) -> Started:
@@ -79,10 +81,12 @@ def launch(db_url: str, tmp_path: Path) -> Iterator:
 
 
 def test_compose_lists_the_stack_with_auth_and_health_checks() -> None:
-    assert {"postgres", "redis", "migrate", "worker", "beat", "flower"} <= set(COMPOSE["services"])
+    assert {"postgres", "redis", "migrate", "worker", "beat", "flower", "api"} <= set(
+        COMPOSE["services"]
+    )
     assert "noeviction" in COMPOSE["services"]["redis"]["command"]
     assert "NIGHTSHIFT_FLOWER_BASIC_AUTH" in COMPOSE["services"]["flower"]["environment"]
-    for name in ("postgres", "redis", "worker", "beat", "flower"):
+    for name in ("postgres", "redis", "worker", "beat", "flower", "api"):
         assert "healthcheck" in COMPOSE["services"][name], name
 
 
@@ -141,3 +145,23 @@ def test_flower_refuses_to_start_without_auth(launch) -> None:
     )
     assert result.returncode == 2
     assert "NIGHTSHIFT_FLOWER_BASIC_AUTH" in result.stderr
+
+
+def test_the_api_starts_and_answers_its_health_check(launch) -> None:
+    start, env = launch
+    port = free_port()
+    argv = [str(port) if part == "8000" else part for part in SERVICES["api"]["command"]]
+    api = start("api", argv)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert api.alive(), api.log()
+        try:
+            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout=60, what="the API to answer /healthz")
+    assert httpx.get(f"{base}/runs", timeout=5).status_code == 401
+    token = {"Authorization": f"Bearer {env['NIGHTSHIFT_API_TOKEN']}"}
+    assert httpx.get(f"{base}/runs", headers=token, timeout=5).status_code == 200

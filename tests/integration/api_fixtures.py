@@ -1,0 +1,112 @@
+"""Helpers for the HTTP tests: the app with test secrets, signed requests, a live server, and
+a run parked on a pending approval (as the engine leaves it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select, update
+
+from models import Action, ActionState, Run, RunStatus
+from pipeline.api import ApiConfig, create_app
+from pipeline.db import transaction
+from pipeline.runs import create_run_txn
+from pipeline.webhooks import signed_headers
+
+TOKEN = "test-api-token-not-secret-0123456789"
+SECRET = "test-webhook-secret-not-secret-0123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+# The patch agent's approval-gated tool: opening a pull request needs a person's yes.
+BUG = {"issue": 7, "repo": "acme/shop", "title": "totals are not rounded"}
+PR_KEY = "pr:acme/shop:patch/issue-7"
+PR_ARGS = {
+    "repo": "acme/shop",
+    "branch": "patch/issue-7",
+    "title": "Fix #7: totals are not rounded",
+    "body": "Fixes #7.",
+}
+
+
+def make_app(**overrides: Any) -> FastAPI:
+    config = {"api_token": TOKEN, "webhook_secret": SECRET, **overrides}
+    return create_app(ApiConfig(**config))
+
+
+def client(**overrides: Any) -> TestClient:
+    return TestClient(make_app(**overrides))
+
+
+def signed(body: dict[str, Any] | bytes, secret: str = SECRET, **extra: Any) -> dict[str, Any]:
+    """httpx keyword arguments for a signed webhook request."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **signed_headers(secret, raw, **extra)}
+    return {"content": raw, "headers": headers}
+
+
+def park_on_approval(
+    key: str = PR_KEY, approvers: tuple[str, ...] = (), bug: dict[str, Any] | None = None
+) -> uuid.UUID:
+    """A patch run waiting on a pending approval, as the engine parks it."""
+    with transaction() as session:
+        run_id = create_run_txn(session, "patch", bug or BUG).run_id
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(status=RunStatus.WAITING, waiting_on=f"approval:{key}", step=1)
+        )
+        session.add(
+            Action(
+                idempotency_key=key,
+                run_id=run_id,
+                tool_use_id="toolu_s001_0",
+                tool="open_fix_pull_request",
+                service="githost",
+                args=PR_ARGS,
+                state=ActionState.PENDING_APPROVAL,
+                requires_approval=True,
+                approvers=list(approvers),
+            )
+        )
+    return run_id
+
+
+def action_row(key: str = PR_KEY) -> Action:
+    with transaction() as session:
+        return session.execute(select(Action).where(Action.idempotency_key == key)).scalar_one()
+
+
+def count(model: type[Any]) -> int:
+    with transaction() as session:
+        return int(session.execute(select(func.count()).select_from(model)).scalar_one())
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[str]:
+    """Serve `app` with uvicorn on a free loopback port, in a thread; yields the base URL."""
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", ws="none"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,318 @@
+"""The JSON API: starting runs once per key, reading runs and batches, cancelling, health,
+and the right 4xx (with a clear {"error"} and nothing written) for every bad request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from models import Action, ActionState, Batch, Run, RunStatus
+from pipeline.api import ApiConfig
+from pipeline.cli import main
+from pipeline.db import transaction
+from pipeline.errors import SettingsError
+from pipeline.runs import create_run_txn
+from pipeline.settings import get_settings
+from tests.integration.api_fixtures import (
+    AUTH,
+    PR_KEY,
+    TOKEN,
+    action_row,
+    client,
+    count,
+    live_server,
+    make_app,
+    park_on_approval,
+)
+
+REPORT = {"agent": "nightly_report", "input": {"team": "ops", "date": "2026-11-29"}}
+
+
+@pytest.fixture
+def api(db_url: str) -> TestClient:
+    return client()
+
+
+def test_the_same_idempotency_key_starts_one_run(api: TestClient) -> None:
+    # given a caller that retries its request with the same key
+    headers = {**AUTH, "Idempotency-Key": "ops-report-2026-11-29"}
+    first = api.post("/runs", json=REPORT, headers=headers)
+    again = api.post("/runs", json=REPORT, headers=headers)
+
+    # then the first created the run and the retry got the same id back
+    assert first.status_code == 201, first.text
+    assert first.json()["created"] is True
+    assert first.headers["location"] == f"/runs/{first.json()['run_id']}"
+    assert again.status_code == 200
+    assert again.json() == {"run_id": first.json()["run_id"], "created": False}
+
+    # and the same key with a different request is refused, naming the run it started
+    other = {**REPORT, "input": {"team": "ops", "date": "2026-11-30"}}
+    conflict = api.post("/runs", json=other, headers=headers)
+    assert conflict.status_code == 409
+    assert first.json()["run_id"] in conflict.json()["error"]
+    assert count(Run) == 1
+
+
+def test_runs_are_listed_filtered_and_shown(api: TestClient) -> None:
+    # given two runs of different agents, one of them finished
+    report = api.post("/runs", json=REPORT, headers=AUTH).json()["run_id"]
+    bug = {"issue": 1, "repo": "acme/shop", "title": "broken"}
+    patch = api.post("/runs", json={"agent": "patch", "input": bug}, headers=AUTH).json()
+    with transaction() as session:
+        session.execute(
+            update(Run).where(Run.id == uuid.UUID(report)).values(status=RunStatus.SUCCEEDED)
+        )
+
+    # then filters by status and agent pick one each, and limit caps the list
+    def ids(query: str) -> list[str]:
+        response = api.get(f"/runs{query}", headers=AUTH)
+        assert response.status_code == 200, response.text
+        return [run["id"] for run in response.json()["runs"]]
+
+    assert set(ids("")) == {report, patch["run_id"]}
+    assert ids("?status=succeeded") == [report]
+    assert ids("?agent=patch") == [patch["run_id"]]
+    assert len(ids("?limit=1")) == 1
+
+    # and one run shows with its input and timeline
+    shown = api.get(f"/runs/{report}", headers=AUTH).json()
+    assert shown["run"]["input"] == REPORT["input"]
+    assert shown["run"]["status"] == "succeeded"
+    assert shown["journal"] == [] and shown["actions"] == []
+
+
+def test_a_waiting_run_is_cancelled_at_once(api: TestClient) -> None:
+    run_id = api.post("/runs", json=REPORT, headers=AUTH).json()["run_id"]
+    with transaction() as session:
+        session.execute(
+            update(Run).where(Run.id == uuid.UUID(run_id)).values(status=RunStatus.WAITING)
+        )
+    response = api.post(f"/runs/{run_id}/cancel", json={"by": "oncall"}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"run_id": run_id, "status": "cancelled"}
+    # a body is optional, and cancelling a finished run changes nothing
+    again = api.post(f"/runs/{run_id}/cancel", headers=AUTH)
+    assert again.json()["status"] == "cancelled"
+
+
+def test_a_batch_shows_the_progress_of_its_runs(api: TestClient) -> None:
+    # given a batch with four child runs in three statuses
+    batch_id = "competitor-monitor:2026-11-29T07:00:00+00:00"
+    with transaction() as session:
+        session.add(Batch(id=batch_id, name="competitor_monitor", params={}))
+        session.flush()
+        for status in ("succeeded", "succeeded", "failed", "running"):
+            run_id = create_run_txn(session, "nightly_report", REPORT["input"], batch_id=None)
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id.run_id)
+                .values(batch_id=batch_id, status=RunStatus(status))
+            )
+
+    # then the batch comes with its children counted by status
+    response = api.get(f"/batches/{batch_id}", headers=AUTH)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["id"], body["name"], body["status"]) == (
+        batch_id,
+        "competitor_monitor",
+        "running",
+    )
+    assert body["children"] == {
+        "done": 2,
+        "running": 1,
+        "waiting": 0,
+        "failed": 1,
+        "tokens": 0,
+        "total": 4,
+        "finished": 3,
+    }
+    assert body["synthesis"]["run_id"] is None and body["pending_approvals"] == []
+
+
+BAD_REQUESTS = [
+    # (what, request kwargs, status, words the error must contain)
+    ("bad JSON", {"content": b'{"agent": ', "headers": {"Content-Type": "application/json"}},
+     400, "not valid JSON"),
+    ("no input", {"json": {"agent": "nightly_report"}}, 422, "'input'"),
+    ("input not an object", {"json": {"agent": "nightly_report", "input": [1]}}, 422, "'input'"),
+    ("an unknown field", {"json": {**REPORT, "priority": 1}}, 422, "'priority'"),
+    ("an unknown agent", {"json": {"agent": "nope", "input": {}}}, 422, "unknown agent 'nope'"),
+    ("input the agent refuses", {"json": {"agent": "nightly_report", "input": {"team": "ops"}}},
+     422, "'date' is a required property"),
+    ("input over the agent limit",
+     {"json": {"agent": "nightly_report", "input": {"team": "ops", "x": "y" * 70_000}}},
+     413, "NIGHTSHIFT_MAX_INPUT_BYTES"),
+    ("a body over the API limit", {"content": b"{" + b" " * (1024 * 1024) + b"}",
+     "headers": {"Content-Type": "application/json"}}, 413, "NIGHTSHIFT_API_MAX_BODY_BYTES"),
+    ("a key that is too long", {"json": REPORT, "headers": {"Idempotency-Key": "k" * 201}},
+     422, "idempotency-key"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("what", "kwargs", "status", "words"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS]
+)
+def test_a_bad_start_request_gets_a_clear_error_and_writes_nothing(
+    api: TestClient, what: str, kwargs: dict, status: int, words: str
+) -> None:
+    headers = {**AUTH, **kwargs.pop("headers", {})}
+    response = api.post("/runs", headers=headers, **kwargs)
+    assert response.status_code == status, response.text
+    assert words in response.json()["error"]
+    assert count(Run) == 0
+
+
+def test_unknown_ids_are_404s_that_name_the_id(api: TestClient) -> None:
+    missing = uuid.uuid4()
+    for path in (f"/runs/{missing}", f"/runs/{missing}/cancel"):
+        method = api.post if path.endswith("cancel") else api.get
+        response = method(path, headers=AUTH)
+        assert response.status_code == 404
+        assert str(missing) in response.json()["error"]
+    response = api.get("/runs/not-a-uuid", headers=AUTH)
+    assert response.status_code == 404 and "'not-a-uuid'" in response.json()["error"]
+    response = api.get("/batches/nightly:nope", headers=AUTH)
+    assert response.status_code == 404 and "'nightly:nope'" in response.json()["error"]
+    response = api.get("/runs?status=sleeping", headers=AUTH)
+    assert response.status_code == 422 and "'status'" in response.json()["error"]
+
+
+def test_every_route_but_health_needs_the_token(
+    api: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = {"Authorization": "Bearer wrong-token-but-long-enough-1234"}
+    run_id = uuid.uuid4()
+    for method, path in (("POST", "/runs"), ("GET", "/runs"), ("GET", f"/runs/{run_id}"),
+                         ("POST", f"/runs/{run_id}/cancel"), ("GET", "/batches/b"),
+                         ("GET", "/metrics")):  # fmt: skip
+        for headers in ({}, wrong, {"Authorization": TOKEN}):
+            response = api.request(method, path, json=REPORT, headers=headers)
+            assert response.status_code == 401, (method, path, headers)
+            assert response.headers["www-authenticate"] == "Bearer"
+            assert "token" in response.json()["error"]
+    assert count(Run) == 0
+    assert api.get("/healthz").status_code == 200
+    # the tokens, right or wrong, appear in no response and no log line
+    assert all(TOKEN not in r.getMessage() for r in caplog.records)
+    assert all("wrong-token" not in r.getMessage() for r in caplog.records)
+
+
+def test_a_metrics_token_opens_metrics_and_nothing_else(db_url: str) -> None:
+    scrape = "prometheus-read-only-token-0123"
+    api = client(metrics_token=scrape)
+    headers = {"Authorization": f"Bearer {scrape}"}
+    response = api.get("/metrics", headers=headers)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert api.get("/metrics", headers=AUTH).status_code == 200
+    assert api.get("/runs", headers=headers).status_code == 401
+
+
+def test_the_api_refuses_to_start_without_a_token(
+    db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given no NIGHTSHIFT_API_TOKEN
+    monkeypatch.delenv("NIGHTSHIFT_API_TOKEN", raising=False)
+    with pytest.raises(SettingsError, match="--insecure-no-auth"):
+        ApiConfig.from_env({})
+    # and the command says so and exits 2
+    assert main(["api", "--port", "0"]) == 2
+    assert "nightshift: NIGHTSHIFT_API_TOKEN is not set" in capsys.readouterr().err
+    # a short token is refused too; asked explicitly, it serves without auth
+    with pytest.raises(SettingsError, match="at least 16 characters"):
+        ApiConfig.from_env({"NIGHTSHIFT_API_TOKEN": "short"})
+    open_api = client(api_token=None, insecure_no_auth=True)
+    assert open_api.get("/runs").status_code == 200
+
+
+def test_health_checks_the_database_and_the_broker(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert api.get("/healthz").json() == {"database": "ok", "broker": "ok"}
+    # when the broker is unreachable (its URL carries a password that must not leak)
+    monkeypatch.setenv("NIGHTSHIFT_BROKER_URL", "redis://:hunter2-secret@127.0.0.1:1/0")
+    get_settings.cache_clear()
+    response = api.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["database"] == "ok" and body["broker"].startswith("unavailable")
+    assert "hunter2" not in response.text
+
+
+def test_the_openapi_document_describes_the_api(api: TestClient) -> None:
+    document = api.get("/openapi.json").json()
+    assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/cancel", "/batches/{batch_id}",
+            "/approvals/{action_key}", "/events/{source}", "/metrics", "/healthz"} <= set(
+        document["paths"]
+    )  # fmt: skip
+    assert document["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    approval = document["paths"]["/approvals/{action_key}"]["post"]
+    assert {p["name"] for p in approval["parameters"]} >= {
+        "X-Nightshift-Timestamp",
+        "X-Nightshift-Signature",
+    }
+    assert (
+        "decision" in approval["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    )
+
+
+def test_a_chunked_body_over_the_limit_is_refused_by_its_size(db_url: str) -> None:
+    # given a client that streams its body without a Content-Length
+    def chunks():
+        for _ in range(20):
+            yield b" " * 100_000
+
+    with live_server(make_app()) as base:
+        response = httpx.post(
+            f"{base}/runs", content=chunks(), headers={**AUTH, "Content-Type": "application/json"}
+        )
+    assert response.status_code == 413
+    assert "limit is 1048576" in response.json()["error"]
+    assert count(Run) == 0
+
+
+def test_people_decide_and_cancel_from_the_command_line(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a pull request waiting for approval
+    run_id = park_on_approval()
+    assert main(["actions", "list", "--state", "pending_approval", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["idempotency_key"] == PR_KEY
+
+    # when a person approves it twice and someone else rejects it
+    assert main(["approve", PR_KEY, "--by", "alice@example.com", "--note", "ok"]) == 0
+    assert "recorded; state intended" in capsys.readouterr().out
+    assert main(["approve", PR_KEY, "--by", "alice@example.com"]) == 0
+    assert "already recorded; nothing changed" in capsys.readouterr().out
+    assert main(["reject", PR_KEY, "--by", "bob@example.com"]) == 2
+    assert "nightshift: action 'pr:acme/shop:patch/issue-7' was already decided" in (
+        capsys.readouterr().err
+    )
+    assert action_row().decided_by == "alice@example.com"
+
+    # and an action whose outcome is unknown is resolved by a person who checked
+    with transaction() as session:
+        session.execute(
+            update(Action)
+            .where(Action.idempotency_key == PR_KEY)
+            .values(state=ActionState.OUTCOME_UNKNOWN)
+        )
+    assert main(["actions", "resolve", PR_KEY, "--happened", "--by", "carol"]) == 0
+    assert action_row().state == ActionState.CONFIRMED
+    assert main(["actions", "resolve", "no-such-key", "--did-not-happen"]) == 2
+    assert "no action has idempotency key 'no-such-key'" in capsys.readouterr().err
+
+    # and the run is cancelled by hand (it runs, so it stops at its next step)
+    assert main(["cancel", str(run_id), "--by", "carol"]) == 0
+    assert "cancel requested" in capsys.readouterr().out
+    assert main(["cancel", "nope"]) == 2

@@ -1,0 +1,205 @@
+"""Retention: only old finished runs without open obligations lose their bulky payloads and
+files; each keeps its compact record; a dry run changes nothing."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text, update
+
+from models import Action, ActionState, Artifact, JournalEntry, Run, RunStatus
+from pipeline import artifacts
+from pipeline.cli import main
+from pipeline.db import transaction
+from pipeline.retention import RetentionConfig, cleanup
+from pipeline.runs import create_run_txn
+from pipeline.settings import get_settings
+
+REPORT = {"team": "ops", "date": "2026-11-29"}
+MODEL_REPLY = {
+    "content": [
+        {"type": "text", "text": "Reading incidents."},
+        {"type": "tool_use", "id": "toolu_1", "name": "fetch_source", "input": {"name": "x"}},
+    ],
+    "usage": {"input_tokens": 1200, "output_tokens": 80},
+}
+TOOL_RESULT = {"tool_use_id": "toolu_1", "name": "fetch_source", "content": "x" * 5000,
+               "is_error": False}  # fmt: skip
+
+
+def finished_run(
+    status: RunStatus, days_ago: float, action_state: ActionState | None = None
+) -> tuple[uuid.UUID, Path]:
+    """A finished run with a journal, an artifact file and (optionally) one action."""
+    with transaction() as session:
+        run_id = create_run_txn(session, "nightly_report", REPORT).run_id
+        session.execute(
+            text(
+                "UPDATE runs SET status = :status, finished_at = now() - make_interval("
+                "days => :days), result = :result, stop_reason = 'completed', step = 2, "
+                "input_tokens = 1200, output_tokens = 80 WHERE id = :id"
+            ),
+            {"status": status.value, "days": days_ago, "id": run_id,
+             "result": json.dumps({"text": "report sent"})},
+        )  # fmt: skip
+        for key, payload in (("model:0", MODEL_REPLY), ("tool:toolu_1", TOOL_RESULT)):
+            name = "ask_model" if key.startswith("model") else "fetch_source"
+            session.add(JournalEntry(run_id=run_id, key=key, step=0, step_name=name,
+                                     payload=payload))  # fmt: skip
+        ref = artifacts.write_file(get_settings().artifact_dir, run_id, "report", "# r\n" * 500)
+        artifacts.record_txn(session, run_id, ref, "text/markdown")
+        if action_state is not None:
+            session.add(
+                Action(
+                    idempotency_key=f"nightly-report:{run_id}",
+                    run_id=run_id,
+                    tool="send_report_email",
+                    service="email",
+                    args={"to": "ops@example.com"},
+                    state=action_state,
+                    decision="approve" if action_state is ActionState.CONFIRMED else None,
+                    decided_by="alice@example.com",
+                    attempts=1,
+                    approvers=[],
+                )
+            )
+    return run_id, Path(ref["path"])
+
+
+def journal(run_id: uuid.UUID) -> list[tuple[dict[str, Any], bool]]:
+    with transaction() as session:
+        return [
+            (entry.payload, entry.compacted)
+            for entry in session.scalars(
+                select(JournalEntry).where(JournalEntry.run_id == run_id).order_by(JournalEntry.id)
+            )
+        ]
+
+
+def artifact_deleted(run_id: uuid.UUID) -> bool:
+    with transaction() as session:
+        row = session.scalars(select(Artifact).where(Artifact.run_id == run_id)).one()
+        return row.deleted_at is not None
+
+
+@pytest.fixture
+def night(db_url: str) -> dict[str, tuple[uuid.UUID, Path]]:
+    """Old finished runs, old runs with open obligations, recent and unfinished runs."""
+    runs = {
+        "old succeeded": finished_run(RunStatus.SUCCEEDED, 45, ActionState.CONFIRMED),
+        "old failed": finished_run(RunStatus.FAILED, 31),
+        "old cancelled, approval pending": finished_run(
+            RunStatus.CANCELLED, 60, ActionState.PENDING_APPROVAL
+        ),
+        "old failed, outcome unknown": finished_run(
+            RunStatus.FAILED, 60, ActionState.OUTCOME_UNKNOWN
+        ),
+        "recent succeeded": finished_run(RunStatus.SUCCEEDED, 2),
+        "old but still waiting": finished_run(RunStatus.SUCCEEDED, 90),
+    }
+    with transaction() as session:
+        session.execute(
+            update(Run)
+            .where(Run.id == runs["old but still waiting"][0])
+            .values(status=RunStatus.WAITING, finished_at=None)
+        )
+        session.execute(
+            text("UPDATE runs SET updated_at = now() - interval '90 days' WHERE id = :id"),
+            {"id": runs["old but still waiting"][0]},
+        )
+    return runs
+
+
+COMPACTED = {"old succeeded", "old failed"}
+
+
+def test_a_dry_run_says_what_would_go_and_changes_nothing(
+    night: dict[str, tuple[uuid.UUID, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = cleanup(dry_run=True)
+    names = {run_id: name for name, (run_id, _) in night.items()}
+    assert {names[c.run_id] for c in report.compacted} == COMPACTED
+    assert {names[k.run_id] for k in report.kept} == {
+        "old cancelled, approval pending",
+        "old failed, outcome unknown",
+    }
+    [succeeded] = [c for c in report.compacted if c.run_id == night["old succeeded"][0]]
+    assert succeeded.journal_entries == 2 and succeeded.journal_bytes > 5000
+    assert succeeded.artifact_files == 1 and succeeded.artifact_bytes == 2000
+    for run_id, path in night.values():
+        assert path.exists() and not artifact_deleted(run_id)
+        assert not any(compacted for _, compacted in journal(run_id))
+
+    # and the command prints the same
+    assert main(["cleanup", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would compact 2 run(s)" in out
+    assert "1 action(s) pending_approval" in out and "1 action(s) outcome_unknown" in out
+
+
+def test_cleanup_compacts_only_old_finished_runs_without_obligations(
+    night: dict[str, tuple[uuid.UUID, Path]],
+) -> None:
+    # when the daily cleanup runs with the default age (30 days)
+    report = cleanup()
+    assert len(report.compacted) == 2 and not report.dry_run
+
+    for name, (run_id, path) in night.items():
+        entries = journal(run_id)
+        if name in COMPACTED:
+            # then old finished runs keep a one-line summary per entry, and lose their files
+            assert [compacted for _, compacted in entries] == [True, True]
+            model, tool = (payload for payload, _ in entries)
+            assert model == {
+                "compacted": True,
+                "summary": "model [1200/80 tok] 'Reading incidents.'; asks fetch_source("
+                '{"name": "x"})',
+            }
+            assert tool["compacted"] is True and tool["summary"].startswith("fetch_source -> ok")
+            assert not path.exists() and artifact_deleted(run_id)
+        else:
+            # and every other run is untouched
+            assert entries == [(MODEL_REPLY, False), (TOOL_RESULT, False)], name
+            assert path.exists() and not artifact_deleted(run_id), name
+
+    # and the compact record stays: status, result, reason, usage and the key decisions
+    with transaction() as session:
+        run = session.get(Run, night["old succeeded"][0])
+        assert run is not None
+        assert (run.status, run.result, run.stop_reason) == (
+            RunStatus.SUCCEEDED,
+            {"text": "report sent"},
+            "completed",
+        )
+        assert (run.step, run.input_tokens, run.output_tokens) == (2, 1200, 80)
+        kept = session.scalars(select(Action).where(Action.run_id == run.id)).one()
+        assert (kept.state, kept.decision, kept.decided_by) == (
+            ActionState.CONFIRMED,
+            "approve",
+            "alice@example.com",
+        )
+
+    # and a second cleanup finds nothing left to do
+    assert cleanup().compacted == []
+
+
+def test_the_age_comes_from_the_environment_or_the_command(
+    night: dict[str, tuple[uuid.UUID, Path]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_RETENTION_DAYS", "50")
+    assert RetentionConfig.from_env().days == 50
+    assert cleanup(dry_run=True).compacted == []  # the only unobliged 50-day-old run is waiting
+    assert main(["cleanup", "--older-than", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed["compacted"]) == 3 and printed["dry_run"] is False
+    assert main(["cleanup", "--older-than", "0"]) == 2
+    assert "--older-than must be at least 1 day" in capsys.readouterr().err
+    monkeypatch.setenv("NIGHTSHIFT_RETENTION_DAYS", "soon")
+    assert main(["cleanup"]) == 2
+    assert "NIGHTSHIFT_RETENTION_DAYS must be a number" in capsys.readouterr().err

@@ -1,0 +1,256 @@
+"""The status page: sign in with the token, see runs, batches and timelines, and decide pending
+approvals once, behind a session cookie and a CSRF token. One test drives headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from models import ActionState, Batch, JournalEntry, Run, RunStatus
+from pipeline.db import transaction
+from pipeline.runs import start_run
+from pipeline.sandbox.pricing import PricingSandbox
+from pipeline.settings import get_settings
+from tests.integration.api_fixtures import (
+    PR_KEY,
+    TOKEN,
+    action_row,
+    client,
+    live_server,
+    make_app,
+    park_on_approval,
+)
+from tests.integration.conftest import ProcessFactory
+from tests.support import run_row, wait_for_status
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - CI installs it; locally the browser test skips
+    sync_playwright = None  # type: ignore[assignment]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+ACTION_PAGE = f"/ui/actions/{quote(PR_KEY, safe='')}"
+
+
+@pytest.fixture
+def page_client(db_url: str) -> TestClient:
+    return client()
+
+
+def sign_in(api: TestClient, who: str = "alice@example.com") -> str:
+    """Sign in; returns the CSRF token the pages carry for this session."""
+    response = api.post("/ui/login", data={"who": who, "token": TOKEN}, follow_redirects=False)
+    assert response.status_code == 303, response.text
+    dashboard = api.get("/ui")
+    match = re.search(r'name="csrf" value="([^"]+)"', dashboard.text)
+    assert match, "the page carries a CSRF token"
+    return match.group(1)
+
+
+def test_signing_in_sets_a_strict_http_only_cookie_without_the_token(
+    page_client: TestClient,
+) -> None:
+    # an anonymous visitor is sent to the sign-in form
+    anonymous = page_client.get("/ui", follow_redirects=False)
+    assert (anonymous.status_code, anonymous.headers["location"]) == (303, "/ui/login")
+    # a wrong token is refused, with no cookie
+    wrong = page_client.post("/ui/login", data={"who": "eve", "token": "guess-guess-guess-1"})
+    assert wrong.status_code == 401 and "not the API token" in wrong.text
+    assert "set-cookie" not in wrong.headers
+    # the right one sets a session cookie that cannot be read by scripts or sent cross-site
+    ok = page_client.post(
+        "/ui/login", data={"who": "alice@example.com", "token": TOKEN}, follow_redirects=False
+    )
+    cookie = ok.headers["set-cookie"]
+    assert cookie.startswith("nightshift_session=")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert TOKEN not in cookie
+    # the pages are not framable and run no inline script
+    page = page_client.get("/ui")
+    assert page.status_code == 200 and "alice@example.com" in page.text
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    # a forged cookie is no session
+    page_client.cookies.clear()
+    page_client.cookies.set("nightshift_session", "e30.forged")
+    assert page_client.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_a_decision_without_the_session_csrf_token_is_refused(page_client: TestClient) -> None:
+    park_on_approval()
+    csrf = sign_in(page_client)
+    for token in ("", "0" * 64, csrf[:-1] + ("0" if csrf[-1] != "0" else "1")):
+        response = page_client.post(ACTION_PAGE, data={"decision": "approve", "csrf": token})
+        assert response.status_code == 403 and "stale" in response.text
+    # a CSRF token from another person's session does not work either
+    other = client()
+    sign_in(other, who="bob@example.com")
+    stolen = other.post(ACTION_PAGE, data={"decision": "approve", "csrf": csrf})
+    assert stolen.status_code == 403
+    assert action_row().state == ActionState.PENDING_APPROVAL
+
+
+def test_the_page_decides_once_as_the_signed_in_person(page_client: TestClient) -> None:
+    # given a pending approval on the overview
+    run_id = park_on_approval()
+    csrf = sign_in(page_client)
+    overview = page_client.get("/ui").text
+    assert PR_KEY in overview and 'value="approve"' in overview
+
+    # when the person approves it (and the form is sent twice)
+    form = {"decision": "approve", "csrf": csrf, "note": "ship it"}
+    first = page_client.post(ACTION_PAGE, data=form, follow_redirects=False)
+    again = page_client.post(ACTION_PAGE, data=form, follow_redirects=False)
+
+    # then it is decided once, in their name, and the run is woken
+    assert (first.status_code, first.headers["location"]) == (303, ACTION_PAGE)
+    assert again.headers["location"] == f"{ACTION_PAGE}?repeated=1"
+    action = action_row()
+    assert (action.state, action.decided_by, action.note) == (
+        ActionState.INTENDED,
+        "alice@example.com",
+        "ship it",
+    )
+    assert run_row(run_id).status == RunStatus.RUNNING
+    assert "already been decided" in page_client.get(again.headers["location"]).text
+    # and rejecting it afterwards is refused on the page
+    late = page_client.post(ACTION_PAGE, data={"decision": "reject", "csrf": csrf})
+    assert late.status_code == 409 and "already decided" in late.text
+
+
+def test_runs_batches_and_a_timeline_are_shown(page_client: TestClient) -> None:
+    # given a batch with a run that has journaled a model call and a tool call
+    run_id = park_on_approval()
+    with transaction() as session:
+        session.add(Batch(id="nightly:2026-11-29", name="nightly", params={}))
+        session.flush()
+        session.execute(update(Run).where(Run.id == run_id).values(batch_id="nightly:2026-11-29"))
+        reply = {"content": [{"type": "tool_use", "id": "t1", "name": "draft_fix",
+                              "input": {"issue": 7}}], "usage": {"input_tokens": 9}}  # fmt: skip
+        result = {"tool_use_id": "t1", "name": "draft_fix", "content": "<b>diff</b>"}
+        session.add(JournalEntry(run_id=run_id, key="model:0", step=0, step_name="ask_model",
+                                 payload=reply))  # fmt: skip
+        session.add(JournalEntry(run_id=run_id, key="tool:t1", step=0, step_name="draft_fix",
+                                 payload=result))  # fmt: skip
+    sign_in(page_client)
+
+    overview = page_client.get("/ui").text
+    assert "nightly:2026-11-29" in overview and str(run_id)[:8] in overview
+    timeline = page_client.get(f"/ui/runs/{run_id}").text
+    assert "asks draft_fix" in timeline and "model [9/0 tok]" in timeline
+    assert "&lt;b&gt;diff&lt;/b&gt;" in timeline  # escaped, never markup
+    assert "pending_approval" in timeline and 'value="reject"' in timeline
+    batch = page_client.get("/ui/batches/nightly:2026-11-29").text
+    assert "0/1" in batch and str(run_id)[:8] in batch
+    missing = page_client.get(f"/ui/runs/{uuid.uuid4()}")
+    assert missing.status_code == 404 and "no run has id" in missing.text
+
+
+# -- in a real browser ----------------------------------------------------------------------
+
+
+def _need(ok: bool, what: str) -> None:
+    """Skip locally when the browser is missing; in CI, fail."""
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is required in CI")
+        pytest.skip(f"{what} is not installed")
+
+
+# The pricing synthesis as the fan-out starts it once a night's children are done: three
+# competitors quote sku-2 at a median of 52.00, ours is 49.00, so it proposes one change.
+NIGHT = "competitor-monitor:2026-11-30T07:00:00+00:00"
+QUOTES = {"c01": 51.0, "c02": 52.0, "c03": 53.5}
+SYNTHESIS_INPUT = {
+    "batch": NIGHT,
+    "children": [
+        {"item": {"competitor": c, "name": f"Competitor {c}"}, "status": "succeeded",
+         "reason": "completed", "error": None,
+         "result": json.dumps({"ok": True, "currency": "USD", "prices": {"sku-2": price}})}
+        for c, price in QUOTES.items()
+    ],
+}  # fmt: skip
+PRICE_KEY = f"price:sku-2:{NIGHT}"
+
+
+@pytest.fixture
+def pricing(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[PricingSandbox]:
+    sandbox = PricingSandbox(log_path=tmp_path / "pricing.jsonl").start()
+    monkeypatch.setenv("NIGHTSHIFT_PRICING_URL", sandbox.url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the scripted model answers
+    get_settings.cache_clear()
+    yield sandbox
+    sandbox.stop()
+
+
+def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
+    pricing: PricingSandbox, processes: ProcessFactory
+) -> None:
+    _need(sync_playwright is not None, "the playwright package")
+    _need(Path(CHROMIUM).exists(), CHROMIUM)
+    assert sync_playwright is not None
+
+    # given a worker, and the night's price synthesis waiting for its change to be approved
+    processes("worker")
+    run_id = start_run("price_synthesis", SYNTHESIS_INPUT).run_id
+    parked = wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
+    assert parked.waiting_on == f"approval:{PRICE_KEY}"
+    assert pricing.changes() == []
+    action_page = f"/ui/actions/{quote(PRICE_KEY, safe='')}"
+
+    with live_server(make_app()) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            # when the pricing manager opens the page, signs in and approves the change
+            page.goto(f"{base}/ui")
+            assert page.url == f"{base}/ui/login"
+            page.fill("input[name=who]", "pricing.manager@example.com")
+            page.fill("input[name=token]", TOKEN)
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{base}/ui")
+            row = page.locator(f'tr.approval[data-key="{PRICE_KEY}"]')
+            assert "set_price" in row.inner_text() and "52.0" in row.inner_text()
+            row.locator("input[name=note]").fill("matches the market")
+            row.locator("button[value=approve]").click()
+            page.wait_for_url(f"{base}{action_page}")
+            decided = page.locator("#decision").inner_text()
+            assert "approve by pricing.manager@example.com" in decided
+
+            # then the run finishes and shows the change as confirmed
+            wait_for_status(run_id, {RunStatus.SUCCEEDED.value}, timeout=60)
+            page.reload()
+            assert page.locator("#state").inner_text() == "confirmed"
+            # and nothing waits for approval any more
+            page.goto(f"{base}/ui")
+            assert page.locator("tr.approval").count() == 0
+        finally:
+            browser.close()
+
+    # and the price changed exactly once, to the market median
+    assert len(pricing.changes(PRICE_KEY)) == 1
+    assert len(pricing.changes()) == 1
+    assert pricing.price("sku-2")["price"] == 52.0  # type: ignore[index]
+    action = action_row(PRICE_KEY)
+    assert (action.state, action.attempts, action.decided_by, action.note) == (
+        ActionState.CONFIRMED,
+        1,
+        "pricing.manager@example.com",
+        "matches the market",
+    )
+    assert "sku-2 set to 52.00" in run_row(run_id).result["text"]
