@@ -9,7 +9,7 @@ import httpx
 
 from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
 from pipeline.services import email_effect, send_email, service_url
-from pipeline.tools import ArtifactRequest, ToolContext, tool
+from pipeline.tools import ToolContext, document_tool, tool
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
 
@@ -31,21 +31,9 @@ def fetch_source(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return body
 
 
-@tool(
-    description="Save the finished report (markdown) as the run's report artifact.",
-    schema={
-        "type": "object",
-        "properties": {
-            "title": {"type": "string", "minLength": 1, "maxLength": 200},
-            "body": {"type": "string", "minLength": 1},
-        },
-        "required": ["title", "body"],
-        "additionalProperties": False,
-    },
+write_report = document_tool(
+    "write_report", "report", "Save the finished report (markdown) as the run's report artifact."
 )
-def write_report(args: dict[str, Any], context: ToolContext) -> ArtifactRequest:
-    # Content-addressed, so writing it again after a crash produces the same file.
-    return ArtifactRequest("report", f"# {args['title']}\n\n{args['body']}\n", "text/markdown")
 
 
 def report_key(args: dict[str, Any], context: ToolContext) -> str:

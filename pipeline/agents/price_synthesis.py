@@ -12,7 +12,7 @@ import httpx
 
 from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
 from pipeline.services import TIMEOUT, find_price_change, service_url, set_price
-from pipeline.tools import ArtifactRequest, SideEffect, ToolContext, tool
+from pipeline.tools import SideEffect, ToolContext, document_tool, tool
 
 MIN_QUOTES = 3
 """A SKU needs this many competitor prices before a change is proposed for it."""
@@ -55,20 +55,11 @@ def read_price_book(args: dict[str, Any], context: ToolContext) -> dict[str, Any
     return {"prices": prices}
 
 
-@tool(
-    description="Save the nightly price summary (markdown) as the run's summary artifact.",
-    schema={
-        "type": "object",
-        "properties": {
-            "title": {"type": "string", "minLength": 1, "maxLength": 200},
-            "body": {"type": "string", "minLength": 1},
-        },
-        "required": ["title", "body"],
-        "additionalProperties": False,
-    },
+write_summary = document_tool(
+    "write_summary",
+    "summary",
+    "Save the nightly price summary (markdown) as the run's summary artifact.",
 )
-def write_summary(args: dict[str, Any], context: ToolContext) -> ArtifactRequest:
-    return ArtifactRequest("summary", f"# {args['title']}\n\n{args['body']}\n", "text/markdown")
 
 
 def price_key(args: dict[str, Any], context: ToolContext) -> str:
