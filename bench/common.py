@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -34,14 +34,12 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from pipeline.cli_format import progress_bar, table
-from pipeline.processes import CeleryProcess
+from pipeline.processes import CeleryProcess, wait_for
 from pipeline.sandbox.messages_api import MessagesSandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 AGENT = "bench"
-
-T = TypeVar("T")
 
 
 # -- arguments and output ---------------------------------------------------------------------
@@ -373,24 +371,6 @@ def model_server(latency: float) -> Iterator[MessagesSandbox]:
             yield server
         finally:
             server.stop()
-
-
-def wait_for(
-    probe: Callable[[], T],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.1,
-) -> T:
-    """Poll until probe() is truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- runs, journal, hops ----------------------------------------------------------------------

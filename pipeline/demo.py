@@ -11,10 +11,9 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import select
 
@@ -23,29 +22,18 @@ from pipeline import embedded
 from pipeline.db import broker_url, database_url, transaction
 from pipeline.llm import agent_responder
 from pipeline.migrate import upgrade
-from pipeline.processes import CeleryProcess
+from pipeline.processes import CeleryProcess, wait_for
 from pipeline.queries import show_run
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
 
-T = TypeVar("T")
 LEASE_SECONDS = 5  # shorter than the 15 s default so the demo does not keep you waiting
 
 
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def poll(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError(f"the demo gave up waiting for {what} after {timeout:.0f}s")
 
 
 def run_snapshot(run_id: uuid.UUID) -> Run:
@@ -138,22 +126,22 @@ def _story(demo: Demo) -> int:
     run_id = start_run("nightly_report", {"team": "ops", "date": today}).run_id
     say(f"started nightly_report run {run_id} for team ops, {today}")
 
-    run = poll(lambda: _at_step(run_id, 2), 60, "the run to reach step 2")
+    run = wait_for(lambda: _at_step(run_id, 2), 60, "the run to reach step 2")
     say(f"step {run.step} in flight on w1 (pid {w1.pid}); sending SIGKILL to w1")
     w1.kill()
     killed_at = time.monotonic()
     w2 = demo.start("w2", NIGHTSHIFT_CRASH_POINTS="after_send_before_reply")
     say("started w2; it will die right after the report email goes out (crash point)")
-    resumed = poll(lambda: _held_by(run_id, w2.pid), 60, "w2 to resume the run")
+    resumed = wait_for(lambda: _held_by(run_id, w2.pid), 60, "w2 to resume the run")
     resume_seconds = time.monotonic() - killed_at
     say(f"w2 resumed the run at step {resumed.step}, {resume_seconds:.1f}s after the kill")
 
-    poll(lambda: w2.exited() or None, 90, "w2 to reach the email")
+    wait_for(lambda: w2.exited() or None, 90, "w2 to reach the email")
     delivered = len(demo.email.deliveries())
     say(f"w2 died after the send; emails delivered so far: {delivered}; reply not saved")
     w3 = demo.start("w3")
     say("started w3; it finds the email attempted with no reply and reconciles")
-    finished = poll(lambda: _finished(run_id), 90, "the run to finish")
+    finished = wait_for(lambda: _finished(run_id), 90, "the run to finish")
     say(f"run {finished.status} on w3 (pid {w3.pid}) after {finished.attempt} claims")
     _summary(demo, run_id, resume_seconds)
     return 0 if finished.status == "succeeded" and len(demo.email.deliveries()) == 1 else 1

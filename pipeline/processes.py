@@ -9,9 +9,30 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(
+    probe: Callable[[], T | None],
+    timeout: float = 30.0,
+    what: str = "a condition",
+    interval: float = 0.1,
+) -> T:
+    """Poll until probe() returns something truthy; TimeoutError naming `what` after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
 
 # celeryconfig sets worker_pool="threads"; Celery reads an explicit --pool=prefork as "no
 # pool given" and keeps threads, so prefork must be asked for by its other name.
@@ -56,11 +77,7 @@ class CeleryProcess:
             argv, env=env, stdout=self._log_file, stderr=subprocess.STDOUT, start_new_session=True
         )
         if wait:
-            deadline = time.monotonic() + 60
-            while not self.ready():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.name} did not start:\n{self.log()[-3000:]}")
-                time.sleep(0.1)
+            wait_for(self.ready, timeout=60, what=f"{self.name} to start")
         return self
 
     def ready(self) -> bool:

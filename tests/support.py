@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import select
 
-T = TypeVar("T")
+from pipeline.processes import wait_for
 
 
 @dataclass(frozen=True)
@@ -27,20 +25,6 @@ class ServiceUrls:
     def admin_conninfo(self, name: str) -> str:
         parts = urlsplit(self.database)
         return urlunsplit(parts._replace(scheme="postgresql", path=f"/{name}"))
-
-
-def wait_for(
-    probe: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "condition"
-) -> T:
-    """Poll until probe() returns something truthy; fail with `what` after the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def run_row(run_id: uuid.UUID) -> Any:
