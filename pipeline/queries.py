@@ -91,6 +91,8 @@ def summarize(key: str, payload: dict[str, Any]) -> str:
     """One line a person can read for a journal entry."""
     if payload.get("compacted"):  # retention kept only this line (pipeline/retention.py)
         return str(payload.get("summary", ""))
+    if key.startswith("timer:"):
+        return f"waits (no process) until {payload.get('wake_at')}"
     if key.startswith("model:"):
         parts = []
         for block in payload.get("content", []):
