@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.cli_api",
     "pipeline.cli_batches",
     "pipeline.cli_watch",
+    "pipeline.cli_chaos",
 )
 
 
