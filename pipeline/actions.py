@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 log = get_logger("nightshift.actions")
 
 RESEND_POLICY = RetryPolicy(attempts=3, base_seconds=0.5, cap_seconds=5.0)
+RETRY_LATER = timedelta(minutes=5)
+"""When the service kept failing and nothing is in flight, the run waits this long, then tries
+again (a durable timer, no process held)."""
 
 
 class LookupUnsupported(NightshiftError):
@@ -79,6 +82,11 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
         if outcome is not None:
             return outcome
         action = _load(call.lease, key)
+    if action.state is ActionState.INTENDED:
+        # The last resend never went out: nothing is unknown, the service is down. A person
+        # could not resolve this (their decisions need outcome_unknown): try again later.
+        log.warning("action %s: the service kept failing; trying again in %s", key, RETRY_LATER)
+        raise ParkRun(RunStatus.WAITING, f"retry:{key}", wake_at=action.now + RETRY_LATER)
     _park_for_person(call.lease, key, "the service kept failing; the outcome is unknown")
     raise AssertionError("unreachable: parking raises")
 

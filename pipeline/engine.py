@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import DateTime, case, cast, func, literal, select, update
 from sqlalchemy.orm import Session
 
-from models import BatchStatus, Run, RunStatus
+from models import Action, ActionState, BatchStatus, Run, RunStatus
 from pipeline import budgets, fanout
 from pipeline import journal as jr
 from pipeline.actions import ParkRun
@@ -293,6 +293,16 @@ class StepRunner:
     def _park(self, run: RunSnapshot, park: ParkRun) -> StepResult:
         """Leave the run waiting with no lease and no message; this step is replayed later."""
         with fenced(self.lease) as session:
+            if _approved_meanwhile_txn(session, park.waiting_on):
+                # The decision landed after this step recorded the action and before this park;
+                # its wake found the run still running. Replay the step instead of waiting.
+                session.execute(
+                    update(Run)
+                    .where(Run.id == run.id)
+                    .values(lease_owner=None, lease_expires_at=None)
+                )
+                log.info("%s was decided before the run parked; replaying", park.waiting_on)
+                return StepResult(Outcome.CONTINUE, run.id, run.agent, run.step, run.batch_id)
             session.execute(
                 update(Run)
                 .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
@@ -359,6 +369,19 @@ class StepRunner:
             return []
         fanout.synthesis_finished_txn(session, run.id, status)
         return fanout.child_finished_txn(session, run.batch_id) if run.batch_id else []
+
+
+def _approved_meanwhile_txn(session: Session, waiting_on: str) -> bool:
+    """Whether the approval this park would wait for has been decided already.
+
+    Runs after the fence guard locked the run row: a decision that commits later has its wake
+    UPDATE wait for that lock and then find the run parked, so one of the two moves it on.
+    """
+    kind, _, key = waiting_on.partition(":")
+    if kind != "approval":
+        return False
+    state = session.scalar(select(Action.state).where(Action.idempotency_key == key))
+    return state not in (None, ActionState.PENDING_APPROVAL)
 
 
 def _stop_for(

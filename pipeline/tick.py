@@ -65,6 +65,26 @@ _DUE_TIMERS = text(
 )
 
 
+# Approved but asleep: the decision committed and its wake never ran (the deciding process
+# died, or PostgreSQL went away between the two transactions).
+_APPROVED = text(
+    """
+    WITH picked AS (
+        SELECT r.id FROM runs r
+          JOIN actions a ON a.idempotency_key = substr(r.waiting_on, length('approval:') + 1)
+         WHERE r.status = 'waiting' AND r.waiting_on LIKE 'approval:%'
+           AND a.state <> 'pending_approval'
+         LIMIT :limit
+         FOR UPDATE OF r SKIP LOCKED
+    )
+    UPDATE runs SET status = 'running', waiting_on = NULL, wake_at = NULL,
+                    lease_expires_at = NULL, lease_owner = NULL, updated_at = now()
+      FROM picked WHERE runs.id = picked.id
+    RETURNING runs.id, runs.agent, runs.step, runs.batch_id
+    """
+)
+
+
 @dataclass(frozen=True)
 class TickReport:
     resumed: list[uuid.UUID]
@@ -74,8 +94,12 @@ class TickReport:
 def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
     settings = settings or get_settings()
     with transaction() as session:
-        orphans = session.execute(_ORPHANS, {"grace": settings.lease_seconds, "limit": limit}).all()
-        due = session.execute(_DUE_TIMERS, {"limit": limit}).all()
+        grace = settings.handoff_grace_seconds
+        orphans = session.execute(_ORPHANS, {"grace": grace, "limit": limit}).all()
+        due = [
+            *session.execute(_DUE_TIMERS, {"limit": limit}),
+            *session.execute(_APPROVED, {"limit": limit}),
+        ]
         joined = fanout.ready_batches_txn(session)
     # Only after the commit: a step that claims must see the rows as updated here.
     for row in [*orphans, *due]:

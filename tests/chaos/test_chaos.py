@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,4 @@ def test_faults_of_every_kind_lose_no_run_and_repeat_no_side_effect() -> None:
     assert report["completion_rate"] is not None and report["duplicate_rate"] == 0
     assert set(report["resume_seconds"]) == {"p50", "p95", "max", "n"}
     assert report["resume_seconds"]["n"] > 0, story
+    shutil.rmtree(Path(report["logs"]).parent)  # kept when the test fails, for the story
