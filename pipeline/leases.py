@@ -70,7 +70,7 @@ _RENEW = text(
     """
     UPDATE runs
        SET lease_expires_at = now() + make_interval(secs => :lease)
-     WHERE id = :run_id AND fence = :fence AND status = 'running'
+     WHERE id = :run_id AND fence = :fence AND status = 'running' AND lease_owner = :owner
     """
 )
 
@@ -150,7 +150,13 @@ def renew(lease: Lease, lease_seconds: float) -> bool:
     """Extend the lease; False means another worker has taken the run over."""
     with transaction() as session:
         result = session.execute(
-            _RENEW, {"run_id": lease.run_id, "fence": lease.fence, "lease": lease_seconds}
+            _RENEW,
+            {
+                "run_id": lease.run_id,
+                "fence": lease.fence,
+                "owner": lease.owner,
+                "lease": lease_seconds,
+            },
         )
         return bool(result.rowcount)  # type: ignore[attr-defined]
 

@@ -81,3 +81,18 @@ def test_a_run_that_is_not_running_cannot_be_claimed(db_url: str) -> None:
     with transaction() as session:
         session.execute(update(Run).where(Run.id == run_id).values(status="waiting"))
     assert claim(run_id, "worker-a", lease_seconds=30) is None
+
+
+def test_a_late_heartbeat_cannot_revive_a_lease_the_step_handed_off(db_url: str) -> None:
+    # given a step that checkpointed and handed the run to its next step (lease cleared)
+    run_id = new_run()
+    lease = claim(run_id, "worker-a", lease_seconds=30)
+    assert lease is not None
+    with fenced(lease) as session:
+        session.execute(
+            update(Run).where(Run.id == run_id).values(lease_owner=None, lease_expires_at=None)
+        )
+    # when its heartbeat thread renews a moment too late
+    assert not renew(lease, lease_seconds=30)
+    # then the next step's message can still claim the run at once
+    assert claim(run_id, "worker-b", lease_seconds=30) is not None
