@@ -26,7 +26,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     # (until 08:00); if last night's report is still going, tonight's waits for it.
     Schedule(
         name="nightly-report-ops",
-        job="nightly_report",
+        agent="nightly_report",
         minute="0",
         hour="2",
         timezone=BERLIN,
@@ -39,7 +39,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     # still running is stale by now: cancel it and start fresh.
     Schedule(
         name="competitor-monitor",
-        job="competitor_monitor",
+        agent="competitor_monitor",
         minute="0",
         hour="2",
         timezone=NEW_YORK,
@@ -51,7 +51,7 @@ SCHEDULES: tuple[Schedule, ...] = (
     # fine, on Tuesday it is not; never two rounds at once.
     Schedule(
         name="invoice-reminders",
-        job="invoice_reminders",
+        agent="invoice_reminders",
         day_of_week="mon",
         minute="0",
         hour="9",

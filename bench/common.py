@@ -33,8 +33,8 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from pipeline.cli_format import progress_bar, table
-from pipeline.processes import CeleryProcess, wait_for
+from pipeline.cli.format import progress_bar, table
+from pipeline.local.processes import CeleryProcess, wait_for
 from pipeline.sandbox.messages_api import MessagesSandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -358,7 +358,7 @@ def scratch(
 def model_server(latency: float) -> Iterator[MessagesSandbox]:
     """The local Messages API server answering as the bench agent, `latency` seconds a call;
     pass its `url` to `scratch(model_url=...)` so workers reach it through the real SDK."""
-    from pipeline.llm import agent_responder
+    from pipeline.sandbox.responders import agent_responder
 
     with tempfile.TemporaryDirectory(prefix="nsbench-model-") as log_dir:
         server = MessagesSandbox(
@@ -387,7 +387,7 @@ def sql(statement: str, **params: Any) -> list[Any]:
 def create_runs(count: int, steps: int, label: str = "") -> list[uuid.UUID]:
     """Create `count` bench runs in one transaction; nothing is enqueued yet."""
     from pipeline.db import transaction
-    from pipeline.runs import create_run_txn
+    from pipeline.runs.start import create_run_txn
 
     run_input: dict[str, Any] = {"steps": steps, "label": label} if label else {"steps": steps}
     with transaction() as session:
@@ -395,10 +395,10 @@ def create_runs(count: int, steps: int, label: str = "") -> list[uuid.UUID]:
 
 
 def enqueue(run_ids: Sequence[uuid.UUID]) -> None:
-    from pipeline.handoff import enqueue_step
+    from pipeline.app import send_step
 
     for run_id in run_ids:
-        enqueue_step(run_id, agent=AGENT, step=0)
+        send_step(run_id, agent=AGENT)
 
 
 def run_counts() -> tuple[int, int]:
@@ -529,7 +529,7 @@ COUNTS = [
 def profile_steps(run_id: uuid.UUID, steps: int = PROFILED_STEPS) -> pstats.Stats:
     """cProfile `steps` steps of `run_id` run in this process (no Celery, scripted model),
     after one unprofiled step that warms connections and caches."""
-    from pipeline.engine import Outcome, execute_step
+    from pipeline.engine.step import Outcome, execute_step
 
     execute_step(run_id, "bench:warm-up")
     profiler = cProfile.Profile()

@@ -29,7 +29,7 @@ def in_process(before: int = 10, timed: int = 20) -> tuple[float, float, pstats.
     """The same work without Celery: (seconds a step, seconds a one-row commit, a profile)."""
     import baseline_tasks
 
-    from pipeline.engine import execute_step
+    from pipeline.engine.step import execute_step
 
     (run_id,) = common.create_runs(1, before + timed + common.PROFILED_STEPS + 5, "in-process")
     for _ in range(before):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import common
 import psutil
 
-from pipeline.processes import CeleryProcess
+from pipeline.local.processes import CeleryProcess
 
 NAME = "time_to_resume"
 REDIS_DB = 14

@@ -19,6 +19,20 @@ class RunStatus(StrEnum):
     def is_terminal(self) -> bool:
         return self in _TERMINAL_RUN
 
+    def is_parked(self) -> bool:
+        """Waiting with no worker and no broker message: only a wake moves it on."""
+        return self in _PARKED_RUN
+
+    @classmethod
+    def terminal(cls) -> tuple[RunStatus, ...]:
+        """Every finished status: the IN list of "is it finished" queries."""
+        return tuple(s for s in cls if s in _TERMINAL_RUN)
+
+    @classmethod
+    def parked(cls) -> tuple[RunStatus, ...]:
+        """Every status a wake (a timer, a decision, a person) makes runnable again."""
+        return tuple(s for s in cls if s in _PARKED_RUN)
+
     def can_become(self, new: RunStatus) -> bool:
         return new in RUN_TRANSITIONS[self]
 
@@ -29,6 +43,7 @@ class RunStatus(StrEnum):
 
 
 _TERMINAL_RUN = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+_PARKED_RUN = frozenset({RunStatus.WAITING, RunStatus.NEEDS_ATTENTION})
 
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.RUNNING: frozenset(

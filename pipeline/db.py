@@ -1,15 +1,17 @@
-"""Connections: the URLs in use (configured or embedded), one engine per process, sessions."""
+"""Connections: the URLs in use (configured or embedded), one engine per process, sessions,
+and work that must wait until a transaction has committed (sending step messages)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Lock
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+import pipeline.embedded as embedded
 from pipeline.settings import Settings, get_settings
 
 _lock = Lock()
@@ -21,8 +23,6 @@ def _embedded(settings: Settings) -> dict[str, str]:
     """Start (or reuse) the embedded services for whichever URL is not configured."""
     with _lock:
         if not _embedded_urls:
-            from pipeline import embedded
-
             _embedded_urls.update(
                 embedded.ensure_running(
                     settings.data_dir,
@@ -68,11 +68,27 @@ def session_factory(url: str | None = None) -> sessionmaker[Session]:
     return sessionmaker(get_engine(url), expire_on_commit=False)
 
 
+_AFTER_COMMIT = "nightshift.after_commit"
+
+
 @contextmanager
 def transaction(url: str | None = None) -> Iterator[Session]:
-    """A session inside one transaction: committed on success, rolled back on any exception."""
-    with session_factory(url).begin() as session:
-        yield session
+    """A session inside one transaction: committed on success, rolled back on any exception.
+
+    What `after_commit` registered runs once the commit succeeded, in order; never on rollback.
+    """
+    with session_factory(url)() as session:
+        with session.begin():
+            yield session
+        callbacks: list[Callable[[], None]] = session.info.pop(_AFTER_COMMIT, [])
+    for callback in callbacks:
+        callback()
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` after the session's transaction commits (a step message must never be
+    seen by a worker before the row that makes the step runnable)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
 
 
 def dispose_all() -> None:

@@ -14,6 +14,10 @@ class SettingsError(NightshiftError):
     """A setting in the environment is missing or malformed."""
 
 
+class DefinitionError(NightshiftError):
+    """An agent or a tool is defined wrongly."""
+
+
 class ServiceError(NightshiftError):
     """An embedded service could not be started or reached."""
 
@@ -48,6 +52,10 @@ class TemporaryError(NightshiftError):
 
 class PermanentError(NightshiftError):
     """A failure that retrying cannot fix (400, 401, 403, 404, schema errors)."""
+
+
+class LookupUnsupported(NightshiftError):
+    """The service cannot say what happened under a key."""
 
 
 class StopStep(BaseException):

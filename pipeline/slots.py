@@ -4,42 +4,21 @@ cron-like schedule fires at, computed in its own timezone and correct across DST
 Wall-clock rules (docs/schedules.md): a wall time that does not exist (spring forward) fires
 at the first instant after the gap; a wall time that happens twice (fall back) fires once, at
 its first occurrence.
-
-The schedules file, named by NIGHTSHIFT_SCHEDULES_FILE, adds to or overrides the shipped
-SCHEDULES of beat_schedule.py. It is JSON: a list of entries, or {"schedules": [...]}:
-
-    {"schedules": [
-      {"name": "minutely-report", "job": "nightly_report", "minute": "*",
-       "timezone": "Europe/Berlin", "params": {"team": "ops"},
-       "missed": "skip", "catch_up_minutes": 30, "overlap": "allow"},
-      {"name": "nightly-report-ops", "hour": "3"},
-      {"name": "invoice-reminders", "enabled": false}
-    ]}
-
-An entry named like a shipped schedule overrides only the fields it gives; `"enabled": false`
-turns a schedule off. Fields: name, job, minute, hour, day_of_week (0 or sun is Sunday),
-day_of_month, month_of_year (cron syntax: `*`, `5`, `1-5`, `*/15`, `mon-fri`, lists with
-commas; all fields must match), timezone (an IANA name; default UTC), params (an object for
-the job), missed (skip | once | all; default once), catch_up_minutes (default 360), overlap
-(allow | skip | buffer_one | cancel_other; default skip).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pipeline.errors import NightshiftError
 
-SCHEDULES_FILE_ENV = "NIGHTSHIFT_SCHEDULES_FILE"
 # Long enough to find a slot of any schedule that fires at all (29 February needs 8 years).
 _SEARCH_DAYS = 8 * 366
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
@@ -50,10 +29,6 @@ _DAY_WORDS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", 
 
 class ScheduleError(NightshiftError):
     """The schedule definition is invalid."""
-
-
-class UnknownSchedule(NightshiftError):
-    """No schedule has that name."""
 
 
 class Missed(StrEnum):
@@ -176,8 +151,8 @@ class Schedule:
     """A job fired by the clock: cron fields read in `timezone`, and the job's policies."""
 
     name: str
-    job: str
-    """The job starter's name in pipeline.schedules.JOBS."""
+    agent: str
+    """The registered agent it starts; the agent's `job` decides what a slot starts."""
     minute: str = "0"
     hour: str = "*"
     day_of_week: str = "*"
@@ -221,6 +196,8 @@ class Schedule:
         """An entry of the schedules file; with `base`, the fields given override it."""
         fields = dict(entry)
         fields.pop("enabled", None)
+        if "job" in fields:  # the first schedules files named the agent "job"
+            fields.setdefault("agent", fields.pop("job"))
         name = fields.get("name", "?")
         try:
             if "catch_up_minutes" in fields:
@@ -312,51 +289,8 @@ class Schedule:
         return " ".join([*days, at])
 
 
-# -- the schedule list ----------------------------------------------------------------------
-
-
-def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
-    """The shipped schedules, with the schedules file's additions and overrides."""
-    from beat_schedule import SCHEDULES
-    from pipeline.settings import get_settings
-
-    path = path or get_settings().schedules_file
-    if not path:
-        return SCHEDULES
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ScheduleError(f"{SCHEDULES_FILE_ENV}={path} cannot be read: {exc}") from None
-    entries = data.get("schedules") if isinstance(data, dict) else data
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ScheduleError(f"{SCHEDULES_FILE_ENV}={path} must hold a list of objects")
-    merged = {schedule.name: schedule for schedule in SCHEDULES}
-    for entry in entries:
-        name = entry.get("name")
-        if not isinstance(name, str):
-            raise ScheduleError(f"{SCHEDULES_FILE_ENV}={path}: an entry has no name")
-        if entry.get("enabled", True) is False:
-            merged.pop(name, None)
-        else:
-            merged[name] = Schedule.from_json(entry, base=merged.get(name))
-    return tuple(merged.values())
-
-
-def find_schedule(name: str, schedules: Iterable[Schedule] | None = None) -> Schedule:
-    known = {s.name: s for s in (load_schedules() if schedules is None else schedules)}
-    try:
-        return known[name]
-    except KeyError:
-        raise UnknownSchedule(f"no schedule {name!r}; known: {', '.join(known)}") from None
-
-
 def _days(start: date, count: int, step: int = 1) -> Iterator[date]:
     one = timedelta(days=step)
     for _ in range(count):
         yield start
         start += one
-
-
-def slot_key(schedule: str, slot: datetime) -> str:
-    """`<schedule>:<slot>` (slot in UTC ISO): the idempotency key and batch id of a slot."""
-    return f"{schedule}:{slot.astimezone(UTC).isoformat()}"

@@ -1,4 +1,4 @@
-"""Thin Celery tasks: ids in, call the engine, send the next message after the commit."""
+"""Thin Celery tasks: ids in, call the runtime, map the outcome. No logic lives here."""
 
 from __future__ import annotations
 
@@ -10,24 +10,35 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline import cancellation, decisions, engine, events, retention, runs, schedules
-from pipeline import tick as ticker
-from pipeline.app import app
-from pipeline.crash import crash_point
-from pipeline.handoff import enqueue_step
+from celery.signals import worker_init
+
+from pipeline.app import app, send_step
+from pipeline.engine.step import Outcome, execute_step
+from pipeline.registry import registry
+from pipeline.runs import cancel, decisions, events, retention, schedules, start, tick
 from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
+
+UNKNOWN_AGENT_HANDOFFS = 20
+"""Deliveries to workers without the run's agent before the run fails (`unknown_agent`)."""
 
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
 
 
+@worker_init.connect
+def _load_agents(**_: Any) -> None:
+    """A worker with a broken agent registration stops at start, saying which and why."""
+    names = sorted(registry().agents)
+    log.info("agents registered on this worker: %s", ", ".join(names) or "none")
+
+
 @app.task(name="pipeline.start_run")
 def start_run(agent: str, input: dict[str, Any], idempotency_key: str | None = None) -> str:
     """Start a run from another service: `start_run.delay(agent, input, key).get()` is its id."""
-    return str(runs.start_run(agent, input, idempotency_key).run_id)
+    return str(start.start_run(agent, input, idempotency_key).run_id)
 
 
 @app.task(
@@ -44,20 +55,27 @@ def step(
     agent: str | None = None,
     step: int | None = None,
     batch: str | None = None,
+    handoffs: int = 0,
 ) -> str:
-    """One durable step of a run. agent, step and batch are only labels for Flower."""
-    result = engine.execute_step(uuid.UUID(run_id), worker_id())
-    if result.outcome is engine.Outcome.CONTINUE:
-        crash_point("after_checkpoint_before_enqueue")
-        enqueue_step(result.run_id, agent=result.agent, step=result.step, batch=result.batch)
-    for ready in result.enqueue:
-        enqueue_step(ready, step=0, batch=result.batch)
+    """One durable step of a run. agent, step and batch are labels for Flower; handoffs counts
+    the workers that did not know the agent."""
+    leave = handoffs < UNKNOWN_AGENT_HANDOFFS
+    result = execute_step(uuid.UUID(run_id), worker_id(), leave_unknown_agent=leave)
+    if result.outcome is Outcome.UNKNOWN_AGENT:
+        send_step(
+            result.run_id,
+            agent=agent or "",
+            step=step or 0,
+            batch=batch,
+            handoffs=handoffs + 1,
+            countdown=1.0,
+        )
     return result.outcome.value
 
 
 @app.task(name="pipeline.tick", ignore_result=True)
-def tick() -> dict[str, int]:
-    report = ticker.tick()
+def tick_task() -> dict[str, int]:
+    report = tick.tick()
     return {"resumed": len(report.resumed), "woken": len(report.woken)}
 
 
@@ -87,7 +105,7 @@ def decide(action_key: str, decision: str, by: str, note: str | None = None) -> 
 @app.task(name="pipeline.cancel_run")
 def cancel_run(run_id: str, by: str) -> str:
     """Cancel a run: a waiting one at once, a running one before its next model or tool call."""
-    return cancellation.cancel_run(uuid.UUID(run_id), by).status.value
+    return cancel.cancel_run(uuid.UUID(run_id), by).status.value
 
 
 @app.task(name="pipeline.cleanup", ignore_result=True)

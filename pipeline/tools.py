@@ -57,7 +57,7 @@ class SideEffect:
     """How long the service, as deployed, remembers a key; None means forever."""
     lookup: Callable[[str, ToolContext], ToolOutput | None] | None = None
     """Asks the service what happened under a key: its result, or None if nothing happened.
-    Raises pipeline.actions.LookupUnsupported when the service, as deployed, cannot tell."""
+    Raises pipeline.LookupUnsupported when the service, as deployed, cannot tell."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,6 @@ class Tool:
         }
 
 
-REGISTRY: dict[str, Tool] = {}
-
-
 def tool(
     *,
     description: str,
@@ -109,10 +106,10 @@ def tool(
     approvers: tuple[str, ...] = (),
     wake_time: Callable[[dict[str, Any], datetime], datetime] | None = None,
 ) -> Callable[[Callable[[dict[str, Any], ToolContext], ToolOutput]], Tool]:
-    """Register a function as a tool the model may call."""
+    """Make a function a tool the model may call (an agent lists it in its `tools`)."""
 
-    def register(fn: Callable[[dict[str, Any], ToolContext], ToolOutput]) -> Tool:
-        registered = Tool(
+    def make(fn: Callable[[dict[str, Any], ToolContext], ToolOutput]) -> Tool:
+        return Tool(
             name=name or fn.__name__,
             description=description,
             input_schema=schema,
@@ -122,16 +119,8 @@ def tool(
             approvers=approvers,
             wake_time=wake_time,
         )
-        if registered.name in REGISTRY:
-            raise ValueError(f"a tool named {registered.name!r} is already registered")
-        REGISTRY[registered.name] = registered
-        return registered
 
-    return register
-
-
-def get_tool(name: str) -> Tool | None:
-    return REGISTRY.get(name)
+    return make
 
 
 _DOCUMENT_SCHEMA = {
@@ -155,3 +144,33 @@ def document_tool(name: str, artifact: str, description: str) -> Tool:
         return ArtifactRequest(artifact, f"# {args['title']}\n\n{args['body']}\n", "text/markdown")
 
     return tool(name=name, description=description, schema=_DOCUMENT_SCHEMA)(write)
+
+
+MAX_WAIT = timedelta(days=30)
+
+
+def _after(args: dict[str, Any], now: datetime) -> datetime:
+    if "until" in args:
+        return min(datetime.fromisoformat(args["until"]), now + MAX_WAIT)
+    return now + timedelta(seconds=args["seconds"])
+
+
+@tool(
+    description=(
+        "Pause this run and continue later: either after `seconds`, or at `until` (an ISO-8601 "
+        "time with a timezone). Nothing runs while waiting. Returns when the time has come."
+    ),
+    schema={
+        "type": "object",
+        "properties": {
+            "seconds": {"type": "integer", "minimum": 1, "maximum": int(MAX_WAIT.total_seconds())},
+            "until": {"type": "string", "format": "date-time", "pattern": r"(Z|[+-]\d\d:\d\d)$"},
+            "reason": {"type": "string", "maxLength": 200},
+        },
+        "oneOf": [{"required": ["seconds"]}, {"required": ["until"]}],
+        "additionalProperties": False,
+    },
+    wake_time=_after,
+)
+def check_back_in(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return {"woke": True, "reason": args.get("reason", "")}

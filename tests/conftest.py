@@ -11,7 +11,7 @@ import itertools
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -130,6 +130,21 @@ def db_url(
     get_settings.cache_clear()
     with _admin(services) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def register_agents(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Register more agents by `module:ATTR` (NIGHTSHIFT_AGENTS), in this process and in the
+    workers a test starts after calling it."""
+    from pipeline.registry import registry
+
+    def register(*paths: str) -> None:
+        monkeypatch.setenv("NIGHTSHIFT_AGENTS", ",".join(paths))
+        registry.cache_clear()
+
+    yield register
+    monkeypatch.delenv("NIGHTSHIFT_AGENTS", raising=False)
+    registry.cache_clear()
 
 
 _DUPLICATES: list[int] = []

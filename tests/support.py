@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import select
 
-from pipeline.processes import wait_for
+from pipeline.local.processes import wait_for
 
 
 @dataclass(frozen=True)

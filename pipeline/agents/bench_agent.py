@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
+from pipeline.agent import Agent, Block, Conversation, text, tool_use
 from pipeline.tools import ToolContext, tool
 
 MAX_STEPS = 5000

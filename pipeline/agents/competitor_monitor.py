@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
-from sqlalchemy.orm import Session
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
+from pipeline.agent import Agent, BatchPlan, Block, Conversation, Slot, text, tool_use
+from pipeline.agents.services import TIMEOUT, service_url
 from pipeline.errors import NightshiftError
-from pipeline.fanout import BatchPlan, create_batch_txn
-from pipeline.services import TIMEOUT, service_url
 from pipeline.settings import get_settings
-from pipeline.slots import slot_key
 from pipeline.tools import ToolContext, tool
-
-if TYPE_CHECKING:
-    from pipeline.schedules import Started
-    from pipeline.slots import Schedule
 
 MAX_FETCHES = 3
 """A price page that keeps failing temporarily is tried this often; a 4xx only once."""
@@ -39,28 +31,25 @@ class CompetitorListUnavailable(NightshiftError):
 # -- the job --------------------------------------------------------------------------------
 
 
-def start_competitor_monitor(session: Session, schedule: Schedule, slot: datetime) -> Started:
+def monitor_job(slot: Slot) -> BatchPlan:
     """One batch per slot: a child run per competitor, price_synthesis once all are done."""
-    # pipeline.schedules imports this module for its JOBS table, so not at the top.
-    from pipeline.schedules import Started
-
-    batch_id = slot_key(schedule.name, slot)
     listed = fetch_competitors()
-    params = schedule.params
-    plan = BatchPlan(
-        batch_id=batch_id,
+    return BatchPlan(
+        batch_id=slot.key,
         name="competitor_monitor",
         child_agent="competitor_monitor",
         child_inputs=[
-            {"competitor": c["id"], "name": c["name"], "batch": batch_id} for c in listed
+            {"competitor": c["id"], "name": c["name"], "batch": slot.key} for c in listed
         ],
         synthesis_agent="price_synthesis",
-        params={"schedule": schedule.name, "slot": slot.isoformat(), "competitors": len(listed)},
-        token_cap=int(params.get("token_cap", DEFAULT_TOKEN_CAP)),
-        cost_cap_usd=params.get("cost_cap_usd"),
+        params={
+            "schedule": slot.schedule,
+            "slot": slot.instant.isoformat(),
+            "competitors": len(listed),
+        },
+        token_cap=int(slot.params.get("token_cap", DEFAULT_TOKEN_CAP)),
+        cost_cap_usd=slot.params.get("cost_cap_usd"),
     )
-    created = create_batch_txn(session, plan)
-    return Started(batch_id=batch_id, enqueue=tuple(created.child_ids))
 
 
 def fetch_competitors() -> list[dict[str, str]]:
@@ -147,4 +136,5 @@ AGENT = Agent(
     script=script,
     max_steps=8,
     max_tool_calls=12,
+    job=monitor_job,
 )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
+from pipeline.agent import Agent, Block, Conversation, text, tool_use
 from pipeline.agents.nightly_report import fetch_source
-from pipeline.timers import check_back_in
+from pipeline.tools import check_back_in
 
 
 def script(conversation: Conversation) -> list[Block]:

@@ -7,21 +7,14 @@ One reminder per step, so a crash after the third email resumes at the fourth, a
 from __future__ import annotations
 
 import json
-from datetime import date, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import date
+from typing import Any
 
 import httpx
-from sqlalchemy.orm import Session
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
-from pipeline.runs import create_run_txn
-from pipeline.services import TIMEOUT, email_effect, send_email, service_url
-from pipeline.slots import slot_key
+from pipeline.agent import Agent, Block, Conversation, RunPlan, Slot, text, tool_use
+from pipeline.agents.services import TIMEOUT, email_effect, send_email, service_url
 from pipeline.tools import ToolContext, tool
-
-if TYPE_CHECKING:
-    from pipeline.schedules import Started
-    from pipeline.slots import Schedule
 
 MAX_TRIES = 2
 """Calls of one tool for one thing (the list, a client's reminder) before moving on."""
@@ -39,14 +32,9 @@ def iso_week(day: str) -> str:
 # -- the job --------------------------------------------------------------------------------
 
 
-def start_invoice_reminders(session: Session, schedule: Schedule, slot: datetime) -> Started:
+def reminders_job(slot: Slot) -> RunPlan:
     """One run per slot, dated the slot's local date (its ISO week keys the reminders)."""
-    # pipeline.schedules imports this module for its JOBS table, so not at the top.
-    from pipeline.schedules import Started
-
-    run_input = {"date": schedule.local(slot).date().isoformat()}
-    started = create_run_txn(session, "invoice_reminders", run_input, slot_key(schedule.name, slot))
-    return Started(run_id=started.run_id, enqueue=(started.run_id,) if started.created else ())
+    return RunPlan({"date": slot.date})
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -179,4 +167,5 @@ AGENT = Agent(
     script=script,
     # The list, one step per client (a second try for a failed one), the closing line.
     max_steps=64,
+    job=reminders_job,
 )

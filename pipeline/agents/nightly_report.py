@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
-from pipeline.services import email_effect, send_email, service_url
+from pipeline.agent import (
+    Agent,
+    Block,
+    Conversation,
+    EventSource,
+    RunPlan,
+    Slot,
+    text,
+    tool_use,
+)
+from pipeline.agents.services import email_effect, send_email, service_url
 from pipeline.tools import ToolContext, document_tool, tool
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
@@ -122,6 +132,18 @@ def script(conversation: Conversation) -> list[Block]:
     return [text(f"The nightly report for {team} is written and sent.")]
 
 
+def report_job(slot: Slot) -> RunPlan:
+    """A report for the schedule's team, dated the slot's local date."""
+    return RunPlan({"team": slot.params.get("team"), "date": slot.date})
+
+
+def report_request(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """An ops tool asks for a report out of schedule (after an incident, say):
+    {"team": "ops", "date": "2026-11-29", optional "email_to", "sources"}."""
+    run_input = {"team": payload["team"], "date": payload["date"]}
+    return run_input | {k: payload[k] for k in ("email_to", "sources") if k in payload}
+
+
 def report_written_and_sent(conversation: Conversation) -> bool:
     sent = any(
         not result.get("is_error") and result["tool_use_id"] in _email_uses(conversation)
@@ -162,4 +184,6 @@ AGENT = Agent(
     script=script,
     max_steps=12,
     check_success=report_written_and_sent,
+    job=report_job,
+    event_sources=(EventSource("ops-report-request", report_request),),
 )

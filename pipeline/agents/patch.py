@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
-from pipeline.services import find_open_pull, open_pull_request
+from pipeline.agent import Agent, Block, Conversation, text, tool_use
+from pipeline.agents.services import find_open_pull, open_pull_request
 from pipeline.tools import SideEffect, ToolContext, tool
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from pipeline.agents.base import Agent, Block, Conversation, text, tool_use
-from pipeline.services import TIMEOUT, find_price_change, service_url, set_price
+from pipeline.agent import Agent, Block, Conversation, text, tool_use
+from pipeline.agents.services import TIMEOUT, find_price_change, service_url, set_price
 from pipeline.tools import SideEffect, ToolContext, document_tool, tool
 
 MIN_QUOTES = 3

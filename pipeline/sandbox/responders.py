@@ -6,8 +6,23 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from pipeline.engine.llm import scripted_reply
+from pipeline.registry import all_agents
+
 Responder = Callable[[dict[str, Any]], dict[str, Any]]
 """Request JSON in, assistant message out; missing fields (id, usage, ...) are filled in."""
+
+
+def agent_responder(request: dict[str, Any]) -> dict[str, Any]:
+    """Answer a Messages API request as the registered agent with that system prompt would.
+
+    Serves the local Messages API server, so the real SDK path runs the same scripts.
+    """
+    system = request.get("system")
+    agent = next((a for a in all_agents() if a.system == system), None)
+    if agent is None:
+        raise ValueError("no registered agent has this system prompt")
+    return scripted_reply(agent, request["messages"], model=request.get("model", "local"))
 
 
 def text_reply(text: str) -> dict[str, Any]:

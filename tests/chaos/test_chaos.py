@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chaos_faults import KINDS, parse_weights, plan_faults, schedule_hash
+from pipeline.chaos.faults import KINDS, parse_weights, plan_faults, schedule_hash
 
 pytestmark = pytest.mark.chaos
 

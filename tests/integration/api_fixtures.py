@@ -17,10 +17,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from models import Action, ActionState, Run, RunStatus
-from pipeline.api import ApiConfig, create_app
+from pipeline.api.base import ApiConfig
+from pipeline.api.server import create_app
+from pipeline.api.webhooks import signed_headers
 from pipeline.db import transaction
-from pipeline.runs import create_run_txn
-from pipeline.webhooks import signed_headers
+from pipeline.runs.start import create_run_txn
 
 TOKEN = "test-api-token-not-secret-0123456789"
 SECRET = "test-webhook-secret-not-secret-0123"

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.llm import agent_responder
-from pipeline.processes import CeleryProcess
+from pipeline.local.processes import CeleryProcess
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
+from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
 
 

@@ -9,8 +9,8 @@ from sqlalchemy import select, text, update
 
 from models import Action, ActionState, RunStatus
 from pipeline.db import transaction
-from pipeline.decisions import Decision, decide
-from pipeline.runs import start_run
+from pipeline.runs.decisions import Decision, decide
+from pipeline.runs.start import start_run
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
 

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from models import Action, ActionState, Batch, Run, RunStatus
-from pipeline.api import ApiConfig
-from pipeline.cli import main
+from pipeline.api.base import ApiConfig
+from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.errors import SettingsError
-from pipeline.runs import create_run_txn
+from pipeline.runs.start import create_run_txn
 from pipeline.settings import get_settings
 from tests.integration.api_fixtures import (
     AUTH,

@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import func, select
 
 from models import Action, ActionState, Batch, BatchStatus, JournalEntry, Run, RunStatus
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.decisions import Decision, DecisionResult, decide
+from pipeline.runs.decisions import Decision, DecisionResult, decide
+from pipeline.runs.schedules import fire
 from pipeline.sandbox.pricing import PricingSandbox
-from pipeline.schedules import fire
 from pipeline.settings import get_settings
 from pipeline.slots import Overlap, Schedule
 from tests.integration.conftest import ProcessFactory, Sandbox
@@ -29,7 +29,7 @@ from tests.support import run_row, wait_for, wait_for_status
 
 NEW_YORK = ZoneInfo("America/New_York")
 MONITOR = Schedule(
-    name="competitor-monitor", job="competitor_monitor", hour="2", timezone=NEW_YORK,
+    name="competitor-monitor", agent="competitor_monitor", hour="2", timezone=NEW_YORK,
     params={"token_cap": 5_000_000}, overlap=Overlap.CANCEL_OTHER,
 )  # fmt: skip
 NIGHT = datetime(2026, 11, 30, 8, tzinfo=UTC)  # 03:00 in New York: the 02:00 slot is due

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from models import Alert, Batch, BatchStatus, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.schedules import fire
+from pipeline.runs.schedules import fire
 from pipeline.slots import Schedule
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import wait_for
@@ -19,7 +19,7 @@ CAP = 4_000
 """Each child's first model call uses about 300 tokens: the cap is hit about halfway through
 the batch's first round of calls (every child's first step is queued before any second one)."""
 MONITOR = Schedule(
-    name="competitor-monitor", job="competitor_monitor", hour="2",
+    name="competitor-monitor", agent="competitor_monitor", hour="2",
     timezone=ZoneInfo("America/New_York"), params={"token_cap": CAP},
 )  # fmt: skip
 NIGHT = datetime(2026, 11, 30, 8, tzinfo=UTC)

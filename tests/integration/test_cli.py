@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import update
 
 from models import Run, RunStatus
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.runs import create_run_txn
+from pipeline.runs.start import create_run_txn
 
 REPORT = {"team": "ops", "date": "2026-11-29"}
 

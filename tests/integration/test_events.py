@@ -10,7 +10,8 @@ from sqlalchemy import select
 from models import Event, Run
 from pipeline.db import transaction
 from pipeline.errors import InvalidInput
-from pipeline.events import UnknownEventSource, start_from_event
+from pipeline.registry import UnknownEventSource
+from pipeline.runs.events import start_from_event
 from tests.integration.conftest import ProcessFactory
 
 REQUEST = {"team": "ops", "date": "2026-11-29", "email_to": "ops@example.com"}

@@ -9,9 +9,9 @@ from sqlalchemy import func, insert, select, text, update
 
 from models import Action, ActionState, JournalEntry, Run
 from pipeline.db import transaction
+from pipeline.engine.leases import claim, fenced, renew
 from pipeline.errors import LeaseLost
-from pipeline.leases import claim, fenced, renew
-from pipeline.runs import create_run_txn
+from pipeline.runs.start import create_run_txn
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 

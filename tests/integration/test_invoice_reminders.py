@@ -10,16 +10,16 @@ from sqlalchemy import select
 
 from models import Action, ActionState, JournalEntry, RunStatus
 from pipeline.db import transaction
-from pipeline.runs import start_run
+from pipeline.runs.schedules import fire
+from pipeline.runs.start import start_run
 from pipeline.sandbox.web import OVERDUE_INVOICES
-from pipeline.schedules import fire
 from pipeline.slots import Overlap, Schedule
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
 
 BERLIN = ZoneInfo("Europe/Berlin")
 REMINDERS = Schedule(
-    name="invoice-reminders", job="invoice_reminders", day_of_week="mon", hour="9",
+    name="invoice-reminders", agent="invoice_reminders", day_of_week="mon", hour="9",
     timezone=BERLIN, overlap=Overlap.SKIP,
 )  # fmt: skip
 MONDAY = datetime(2026, 11, 30, 9, 5, tzinfo=BERLIN)  # ISO week 2026-W49

@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 from models import Action, ActionState, ResumeCause, Resumption, Run, RunStatus
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.leases import claim
-from pipeline.metrics import collect, prometheus_text
-from pipeline.runs import create_run_txn, start_run
-from pipeline.tick import tick
+from pipeline.engine.leases import claim
+from pipeline.runs.start import create_run_txn, start_run
+from pipeline.runs.tick import tick
+from pipeline.views.metrics import collect, prometheus_text
 from tests.integration.api_fixtures import AUTH, client
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import wait_for, wait_for_status

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import select, text, update
 
 from models import Action, ActionState, Artifact, JournalEntry, Run, RunStatus
-from pipeline import artifacts
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.retention import RetentionConfig, cleanup
-from pipeline.runs import create_run_txn
+from pipeline.engine import artifacts
+from pipeline.runs.retention import RetentionConfig, cleanup
+from pipeline.runs.start import create_run_txn
 from pipeline.settings import get_settings
 
 REPORT = {"team": "ops", "date": "2026-11-29"}

@@ -3,10 +3,9 @@ calls) against real PostgreSQL; the web and email sandboxes answer the tools."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ from sqlalchemy import func, insert, select
 
 from models import Artifact, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.engine import Outcome, execute_step
+from pipeline.engine.step import Outcome, execute_step
 from pipeline.errors import InputTooLarge, InvalidInput, UnknownAgent
-from pipeline.runs import IdempotencyConflict, create_run_txn
+from pipeline.runs.start import IdempotencyConflict, create_run_txn
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
@@ -132,29 +131,11 @@ def test_a_resumed_step_replays_the_journal_and_writes_only_new_entries(
 
 
 def test_the_success_check_sends_the_model_back_to_work(
-    tools_up: None, monkeypatch: pytest.MonkeyPatch
+    tools_up: None, register_agents: Callable[..., None]
 ) -> None:
-    from pipeline.agents import nightly_report
-
     # a model that claims to be done before emailing the report
-    original = nightly_report.AGENT.script
-
-    def lazy(conversation):  # type: ignore[no-untyped-def]
-        blocks = original(conversation)
-        if any(b.get("name") == "send_report_email" for b in blocks) and not any(
-            b.get("type") == "text" and "check failed" in b.get("text", "")
-            for m in conversation.messages
-            if m["role"] == "user" and isinstance(m["content"], list)
-            for b in m["content"]
-        ):
-            return [{"type": "text", "text": "All done!"}]
-        return blocks
-
-    from pipeline.agents import _registry
-
-    lazy_agent = dataclasses.replace(nightly_report.AGENT, script=lazy)
-    monkeypatch.setitem(_registry(), "nightly_report", lazy_agent)
-    run_id = create("nightly_report", REPORT)
+    register_agents("tests.fixture_agents:LAZY_REPORT")
+    run_id = create("lazy_report", REPORT)
     row = drive(run_id)
     assert row.status == RunStatus.SUCCEEDED, row.error
     with transaction() as session:

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -14,19 +15,13 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import select, update
 
-from models import Batch, FireDecision, Run, RunStatus, ScheduleFire
-from pipeline.cli import main
+from models import FireDecision, Run, RunStatus, ScheduleFire
+from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.runs import create_run_txn
-from pipeline.schedules import (
-    JOBS,
-    Started,
-    UnknownJob,
-    check_schedule,
-    check_schedules,
-    fire,
-)
-from pipeline.slots import Missed, Overlap, Schedule, ScheduleError, slot_key
+from pipeline.errors import UnknownAgent
+from pipeline.keys import slot_key
+from pipeline.runs.schedules import check_schedule, check_schedules, fire
+from pipeline.slots import Missed, Overlap, Schedule, ScheduleError
 from tests.integration.conftest import ProcessFactory
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -36,7 +31,7 @@ NEW_YORK = ZoneInfo("America/New_York")
 def nightly(**policies: object) -> Schedule:
     fields: dict = {"missed": Missed.ONCE, "overlap": Overlap.SKIP} | policies
     return Schedule(
-        name="nightly-report-ops", job="nightly_report", minute="0", hour="2",
+        name="nightly-report-ops", agent="nightly_report", minute="0", hour="2",
         timezone=BERLIN, params={"team": "ops"}, **fields,
     )  # fmt: skip
 
@@ -128,18 +123,18 @@ def test_manual_fire_checks_the_slot(db_url: str) -> None:
     assert (decision.decision, decision.reason) == (FireDecision.FIRED, "fired by hand")
 
 
-def test_a_job_that_is_not_registered_fails_clearly_and_records_nothing(db_url: str) -> None:
-    # given a schedule whose job nobody has registered, next to the report
-    monitor = Schedule(name="competitor-monitor", job="price_scraper", hour="2",
+def test_an_agent_that_is_not_registered_fails_clearly_and_records_nothing(db_url: str) -> None:
+    # given a schedule naming an agent nobody has registered, next to the report
+    monitor = Schedule(name="competitor-monitor", agent="price_scraper", hour="2",
                        timezone=BERLIN)  # fmt: skip
     report = nightly()
     # when both are due
     result = check_schedules(now=berlin(30, 2, 0, 30), schedules=[monitor, report])
-    # then the monitor's error names the job, nothing is recorded for it, the report fires
-    assert "no job registered for 'price_scraper'" in result.errors["competitor-monitor"]
+    # then the monitor's error names the agent, nothing is recorded for it, the report fires
+    assert "unknown agent 'price_scraper'" in result.errors["competitor-monitor"]
     assert fires("competitor-monitor") == []
     assert [d.schedule for d in result.decisions] == ["nightly-report-ops"]
-    with pytest.raises(UnknownJob):
+    with pytest.raises(UnknownAgent):
         fire("competitor-monitor", now=berlin(30, 3), schedules=[monitor])
 
 
@@ -148,7 +143,7 @@ def test_a_job_that_is_not_registered_fails_clearly_and_records_nothing(db_url: 
 
 def test_the_spring_forward_slot_fires_at_03_00_local_with_the_right_date(db_url: str) -> None:
     # given a 02:00 New York schedule on the night 02:00 does not exist
-    schedule = Schedule(name="ny-report", job="nightly_report", hour="2", timezone=NEW_YORK,
+    schedule = Schedule(name="ny-report", agent="nightly_report", hour="2", timezone=NEW_YORK,
                         params={"team": "ops"})  # fmt: skip
     # when checks run at 01:59 and 03:00:30 local
     assert check_schedule(schedule, now=datetime(2026, 3, 8, 6, 59, tzinfo=UTC)) == []
@@ -160,7 +155,7 @@ def test_the_spring_forward_slot_fires_at_03_00_local_with_the_right_date(db_url
 
 def test_the_repeated_hour_fires_its_slot_once(db_url: str) -> None:
     # given 01:30 New York on the night 01:00-02:00 happens twice
-    schedule = Schedule(name="ny-early", job="nightly_report", minute="30", hour="1",
+    schedule = Schedule(name="ny-early", agent="nightly_report", minute="30", hour="1",
                         timezone=NEW_YORK, params={"team": "ops"})  # fmt: skip
     # when checks run just after each 01:30 (EDT, then EST)
     first = check_schedule(schedule, now=datetime(2026, 11, 1, 5, 30, 30, tzinfo=UTC))
@@ -175,7 +170,7 @@ def test_the_repeated_hour_fires_its_slot_once(db_url: str) -> None:
 
 def night_sweeps(missed: Missed, catch_up: timedelta = timedelta(hours=6)) -> Schedule:
     return Schedule(
-        name="night-sweeps", job="nightly_report", minute="0", hour="2-4", timezone=BERLIN,
+        name="night-sweeps", agent="nightly_report", minute="0", hour="2-4", timezone=BERLIN,
         params={"team": "ops"}, missed=missed, catch_up=catch_up, overlap=Overlap.ALLOW,
     )  # fmt: skip
 
@@ -227,7 +222,7 @@ def test_slots_older_than_the_catch_up_window_are_left_alone(db_url: str) -> Non
 
 def test_with_missed_once_a_slot_on_time_supersedes_the_missed_ones(db_url: str) -> None:
     # given an hourly schedule that ran until 01:00
-    schedule = Schedule(name="hourly", job="nightly_report", minute="0", timezone=BERLIN,
+    schedule = Schedule(name="hourly", agent="nightly_report", minute="0", timezone=BERLIN,
                         params={"team": "ops"}, missed=Missed.ONCE,
                         overlap=Overlap.ALLOW)  # fmt: skip
     check_schedule(schedule, now=berlin(30, 1, 0, 10))
@@ -312,25 +307,12 @@ def test_overlap_cancel_other_cancels_the_previous_run_and_starts(db_url: str) -
     assert run(tonight.run_id).status is RunStatus.RUNNING
 
 
-def start_test_batch(session, schedule: Schedule, slot: datetime) -> Started:  # type: ignore[no-untyped-def]
-    """A batch of two report runs: the shape of the competitor monitor's fan-out."""
-    batch_id = slot_key(schedule.name, slot)
-    session.add(Batch(id=batch_id, name=schedule.job, params={}))
-    session.flush()
-    children = [
-        create_run_txn(session, "nightly_report", {"team": team, "date": "2026-11-30"},
-                       f"{batch_id}:{team}", batch_id=batch_id).run_id
-        for team in ("ops", "pricing")
-    ]  # fmt: skip
-    return Started(batch_id=batch_id, enqueue=tuple(children))
-
-
 def test_overlap_cancel_other_cancels_the_unfinished_runs_of_a_running_batch(
-    db_url: str, monkeypatch: pytest.MonkeyPatch
+    db_url: str, register_agents: Callable[..., None]
 ) -> None:
     # given a batch job whose last batch has one finished and one running child
-    monkeypatch.setitem(JOBS, "test_batch", start_test_batch)
-    schedule = Schedule(name="batchy", job="test_batch", hour="2", timezone=NEW_YORK,
+    register_agents("tests.fixture_agents:TEST_BATCH")
+    schedule = Schedule(name="batchy", agent="test_batch", hour="2", timezone=NEW_YORK,
                         overlap=Overlap.CANCEL_OTHER)  # fmt: skip
     [first] = check_schedule(schedule, now=datetime(2026, 11, 29, 7, 0, 10, tzinfo=UTC))
     done, running = (r.id for r in runs())
@@ -350,8 +332,8 @@ def test_overlap_cancel_other_cancels_the_unfinished_runs_of_a_running_batch(
 def test_schedules_list_and_fire_on_the_command_line(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    # given a schedules file with an hourly report and a job nobody registered yet, next to the
-    # shipped schedules
+    # given a schedules file with an hourly report and an agent nobody registered yet, next to
+    # the shipped schedules
     path = tmp_path / "schedules.json"
     path.write_text(json.dumps([{"name": "hourly", "job": "nightly_report", "minute": "0",
                                  "params": {"team": "ops"}},
@@ -370,8 +352,8 @@ def test_schedules_list_and_fire_on_the_command_line(
     assert (last["decision"], last["run_id"], last["duplicates"]) == ("fired", first["run_id"], 1)
     assert listed["nightly-report-ops"]["when"] == "every day at 02:00"
     assert listed["nightly-report-ops"]["timezone"] == "Europe/Berlin"
-    assert listed["competitor-monitor"]["job_registered"] is True
-    assert listed["scraper"]["job_registered"] is False
+    assert listed["competitor-monitor"]["agent_registered"] is True
+    assert listed["scraper"]["agent_registered"] is False
     assert main(["schedules", "list"]) == 0
     assert "(not registered)" in capsys.readouterr().out
     assert main(["schedules", "fire", "nope"]) == 2

@@ -17,7 +17,7 @@ from sqlalchemy import update
 
 from models import ActionState, Batch, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.runs import start_run
+from pipeline.runs.start import start_run
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.settings import get_settings
 from tests.integration.api_fixtures import (

@@ -9,9 +9,9 @@ from collections import Counter
 from sqlalchemy import func, select
 
 from models import JournalEntry, RunStatus
+from pipeline.app import send_step
 from pipeline.db import transaction
-from pipeline.handoff import enqueue_step
-from pipeline.runs import start_run
+from pipeline.runs.start import start_run
 from pipeline.sandbox.base import read_log
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
@@ -119,8 +119,8 @@ def test_a_step_delivered_twice_at_once_is_done_once(
     processes("w2", concurrency=2)
     run_id = start_run("nightly_report", RUN_INPUT).run_id
     # the same step message, delivered again while the first copy is being worked on
-    enqueue_step(run_id, agent="nightly_report", step=0)
-    enqueue_step(run_id, agent="nightly_report", step=0)
+    send_step(run_id, agent="nightly_report")
+    send_step(run_id, agent="nightly_report")
     row = wait_for_status(run_id, DONE, timeout=60)
     assert row.status == RunStatus.SUCCEEDED, row.error
     keys = journal_keys(run_id)
@@ -156,7 +156,7 @@ def test_a_bad_request_fails_the_run_with_its_reason(
 def test_invalid_tool_arguments_go_back_to_the_model_and_the_run_continues(
     sandbox: Sandbox, processes: ProcessFactory
 ) -> None:
-    from pipeline.llm import agent_responder
+    from pipeline.sandbox.responders import agent_responder
 
     first_call = True
 

@@ -17,11 +17,11 @@ from sqlalchemy import func, select, update
 
 from models import Action, ActionState, Run, RunStatus
 from pipeline.app import app
-from pipeline.cancellation import cancel_run
 from pipeline.db import transaction
-from pipeline.decisions import Decision, DecisionConflict, UnknownAction, decide
 from pipeline.errors import RunStopped, StopStep
-from pipeline.runs import create_run_txn, start_run
+from pipeline.runs.cancel import cancel_run
+from pipeline.runs.decisions import Decision, DecisionConflict, UnknownAction, decide
+from pipeline.runs.start import create_run_txn, start_run
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
@@ -255,10 +255,7 @@ def test_a_run_past_its_deadline_stops_with_that_reason(
             .where(Run.id == started.run_id)
             .values(deadline=func.now() - timedelta(seconds=1))
         )
-    from pipeline.handoff import enqueue_step
-
     processes("w1")
-    enqueue_step(started.run_id)
     row = wait_for_status(started.run_id, DONE, timeout=30)
     assert (row.status, row.stop_reason) == (RunStatus.FAILED, "deadline")
 

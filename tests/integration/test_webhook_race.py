@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from models import RunStatus
-from pipeline.runs import start_run
+from pipeline.runs.start import start_run
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.settings import get_settings
 from tests.integration.api_fixtures import BUG, PR_KEY, live_server, make_app, signed

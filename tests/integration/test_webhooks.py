@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from models import ActionState, Event, Run, RunStatus
-from pipeline.webhooks import BadSignature, signature, verify
+from pipeline.api.webhooks import BadSignature, signature, verify
 from tests.integration.api_fixtures import (
     PR_KEY,
     SECRET,

@@ -9,14 +9,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from pipeline.keys import slot_key
+from pipeline.runs.schedule_list import load_schedules
 from pipeline.slots import (
     Missed,
     Overlap,
     Schedule,
     ScheduleError,
-    load_schedules,
     parse_field,
-    slot_key,
     wall_to_instant,
 )
 
@@ -29,7 +29,7 @@ def utc(*args: int) -> datetime:
 
 
 def daily(hour: str, zone: ZoneInfo, minute: str = "0") -> Schedule:
-    return Schedule(name="daily", job="nightly_report", minute=minute, hour=hour, timezone=zone)
+    return Schedule(name="daily", agent="nightly_report", minute=minute, hour=hour, timezone=zone)
 
 
 def slots_on(schedule: Schedule, day: datetime) -> list[str]:
@@ -62,21 +62,21 @@ def test_a_bad_cron_field_is_refused(name: str, spec: str) -> None:
 
 def test_a_schedule_that_can_never_fire_is_refused() -> None:
     with pytest.raises(ScheduleError, match="never fires"):
-        Schedule(name="x", job="j", day_of_month="30", month_of_year="2")
+        Schedule(name="x", agent="j", day_of_month="30", month_of_year="2")
 
 
 def test_missed_all_needs_overlap_allow() -> None:
     with pytest.raises(ScheduleError, match="overlap='allow'"):
-        Schedule(name="x", job="j", missed=Missed.ALL, overlap=Overlap.SKIP)
-    Schedule(name="x", job="j", missed=Missed.ALL, overlap=Overlap.ALLOW)
+        Schedule(name="x", agent="j", missed=Missed.ALL, overlap=Overlap.SKIP)
+    Schedule(name="x", agent="j", missed=Missed.ALL, overlap=Overlap.ALLOW)
 
 
 def test_schedules_say_when_in_words() -> None:
     assert daily("2", BERLIN).describe() == "every day at 02:00"
-    weekly = Schedule(name="w", job="j", day_of_week="mon", hour="9", timezone=BERLIN)
+    weekly = Schedule(name="w", agent="j", day_of_week="mon", hour="9", timezone=BERLIN)
     assert weekly.describe() == "Mondays at 09:00"
-    assert Schedule(name="m", job="j", minute="*").describe() == "every minute"
-    assert Schedule(name="h", job="j", minute="30").describe() == "every hour at :30"
+    assert Schedule(name="m", agent="j", minute="*").describe() == "every minute"
+    assert Schedule(name="h", agent="j", minute="30").describe() == "every hour at :30"
 
 
 # -- ordinary days --------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def test_a_slot_in_the_spring_forward_gap_fires_at_the_end_of_the_gap(
 
 def test_gap_slots_merge_with_a_real_slot_at_the_end_of_the_gap() -> None:
     # given an hourly schedule on the spring-forward night in New York
-    hourly = Schedule(name="h", job="j", minute="0", timezone=NEW_YORK)
+    hourly = Schedule(name="h", agent="j", minute="0", timezone=NEW_YORK)
     # then 02:00 (missing) and 03:00 are one slot: 23 slots that day, no duplicate
     local = slots_on(hourly, datetime(2026, 3, 8))
     assert len(local) == len(set(local)) == 23
@@ -169,7 +169,7 @@ def test_a_slot_in_the_repeated_hour_fires_once_at_its_first_occurrence(
 
 
 def test_an_hourly_schedule_follows_the_wall_clock_through_fall_back() -> None:
-    hourly = Schedule(name="h", job="j", minute="0", timezone=NEW_YORK)
+    hourly = Schedule(name="h", agent="j", minute="0", timezone=NEW_YORK)
     local = slots_on(hourly, datetime(2026, 11, 1))
     assert len(local) == 24  # the day has 25 hours; the repeated 01:00 fires once
     assert local[1:3] == ["2026-11-01T01:00:00-04:00", "2026-11-01T02:00:00-05:00"]
@@ -188,7 +188,7 @@ def test_the_schedules_file_adds_overrides_and_disables(tmp_path: Path) -> None:
     # given a file that adds a per-minute schedule, moves the report, disables the reminders
     path = tmp_path / "schedules.json"
     entries = [
-        {"name": "minutely", "job": "nightly_report", "minute": "*", "hour": "*",
+        {"name": "minutely", "agent": "nightly_report", "minute": "*", "hour": "*",
          "params": {"team": "ops"}, "missed": "skip", "overlap": "allow",
          "catch_up_minutes": 30},
         {"name": "nightly-report-ops", "hour": "3", "timezone": "America/New_York"},

@@ -1,0 +1,192 @@
+"""What an agent is: a system prompt, tools, an input schema, limits and a scripted model;
+and what its schedule job and event sources hand the runtime (plans, never database writes)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from pipeline.errors import DefinitionError
+from pipeline.tools import Tool
+
+Message = dict[str, Any]
+Block = dict[str, Any]
+
+_INPUT_BLOCK = re.compile(r"```json\n(.*?)\n```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a scripted model (or a success check) sees: the run's input and the messages so far."""
+
+    input: dict[str, Any]
+    messages: list[Message]
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def tool_results(self) -> list[Block]:
+        return [
+            block
+            for message in self.messages
+            if message["role"] == "user" and isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+
+    def tool_uses(self) -> list[Block]:
+        """Every tool_use block the model has written so far, oldest first."""
+        return [
+            block
+            for message in self.messages
+            if message["role"] == "assistant"
+            for block in message["content"]
+            if block["type"] == "tool_use"
+        ]
+
+    def assistant_turns(self) -> int:
+        return sum(1 for m in self.messages if m["role"] == "assistant")
+
+    def last_text(self) -> str:
+        for message in reversed(self.messages):
+            if message["role"] == "assistant":
+                return " ".join(
+                    b.get("text", "") for b in message["content"] if b["type"] == "text"
+                )
+        return ""
+
+
+Script = Callable[[Conversation], list[Block]]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A schedule's slot as the agent's job sees it."""
+
+    schedule: str
+    instant: datetime
+    """The slot's instant (UTC)."""
+    local: datetime
+    """The same instant in the schedule's timezone."""
+    params: Mapping[str, Any]
+    """The schedule's params, as written in the schedule."""
+    key: str
+    """The slot's idempotency key: a run (or batch id) started with it starts once."""
+
+    @property
+    def date(self) -> str:
+        """The slot's local date, `2026-11-29`: the 02:00 report of a night is for that day."""
+        return self.local.date().isoformat()
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of the agent, with this input."""
+
+    input: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """A batch: one child run per input, and a synthesis run that gets every child's outcome."""
+
+    batch_id: str
+    name: str
+    child_agent: str
+    child_inputs: Sequence[dict[str, Any]]
+    synthesis_agent: str
+    params: dict[str, Any]
+    token_cap: int | None = None
+    cost_cap_usd: float | None = None
+
+
+Job = Callable[[Slot], RunPlan | BatchPlan]
+"""What a schedule naming the agent starts for a slot."""
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """Another service's events that start runs of the agent (`POST /events/{name}`)."""
+
+    name: str
+    to_input: Callable[[Mapping[str, Any]], dict[str, Any]]
+    """The event's payload -> the run's input (a KeyError names a missing field)."""
+
+
+def default_job(slot: Slot) -> RunPlan:
+    """One run with the schedule's params as its input."""
+    return RunPlan(dict(slot.params))
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    system: str
+    instructions: str
+    tools: tuple[Tool, ...]
+    input_schema: dict[str, Any]
+    script: Script
+    """The deterministic stand-in for the model: what it would answer to this conversation."""
+    max_steps: int = 20
+    max_tokens: int = 1024
+    """Per model call (the Messages API's max_tokens)."""
+    max_tool_calls: int | None = None
+    """Per run; the run stops with reason max_tool_calls when it would exceed it."""
+    max_run_tokens: int | None = None
+    """Per run, input plus output over all model calls."""
+    check_success: Callable[[Conversation], bool] | None = None
+    job: Job = default_job
+    """What a schedule naming this agent starts for each slot."""
+    event_sources: tuple[EventSource, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise DefinitionError(f"agent {self.name!r} lists two tools named {twice[0]!r}")
+
+    def tool(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+    def input_errors(self, run_input: object) -> list[str]:
+        validator = Draft202012Validator(self.input_schema)
+        errors = sorted(validator.iter_errors(run_input), key=lambda e: list(e.path))
+        return [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors]
+
+    def first_message(self, run_input: dict[str, Any]) -> Message:
+        body = json.dumps(run_input, sort_keys=True, indent=2)
+        return {"role": "user", "content": f"{self.instructions}\n\nInput:\n```json\n{body}\n```"}
+
+    @property
+    def prompt_version(self) -> str:
+        """Changes whenever the prompt, the tools or the model settings change."""
+        described = {
+            "system": self.system,
+            "instructions": self.instructions,
+            "tools": [t.spec() for t in self.tools],
+            "max_tokens": self.max_tokens,
+        }
+        digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
+        return digest.hexdigest()[:16]
+
+
+def input_from_messages(messages: list[Message]) -> dict[str, Any]:
+    """Recover the run's input from the first user message (used by the local Messages API)."""
+    first = messages[0]["content"] if messages else ""
+    text = first if isinstance(first, str) else " ".join(b.get("text", "") for b in first)
+    match = _INPUT_BLOCK.search(text)
+    return json.loads(match.group(1)) if match else {}
+
+
+def tool_use(step: int, index: int, name: str, args: dict[str, Any]) -> Block:
+    """A tool_use block with a deterministic id, as a scripted model writes it."""
+    return {"type": "tool_use", "id": f"toolu_s{step:03d}_{index}", "name": name, "input": args}
+
+
+def text(body: str) -> Block:
+    return {"type": "text", "text": body}

@@ -1,0 +1,113 @@
+"""HTTP clients for the services agents act on: email, pricing and the git host.
+
+Each send carries the action's idempotency key; each lookup asks what happened under one.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from pipeline.errors import LookupUnsupported, PermanentError
+from pipeline.tools import KeyBuilder, SideEffect, ToolContext
+
+TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+
+
+def service_url(context: ToolContext, attribute: str, variable: str) -> str:
+    url: str | None = getattr(context.settings, attribute)
+    if not url:
+        raise PermanentError(f"{variable} is not set; the tool has no service to talk to")
+    return url.rstrip("/")
+
+
+def _key_header(context: ToolContext) -> dict[str, str]:
+    return {"Idempotency-Key": context.idempotency_key} if context.idempotency_key else {}
+
+
+def send_email(context: ToolContext, to: str, subject: str, body: str) -> dict[str, Any]:
+    base = service_url(context, "email_url", "NIGHTSHIFT_EMAIL_URL")
+    response = httpx.post(
+        f"{base}/emails",
+        json={"to": to, "subject": subject, "body": body},
+        headers=_key_header(context),
+        timeout=TIMEOUT,
+    )
+    response.raise_for_status()
+    sent: dict[str, Any] = response.json()
+    return sent
+
+
+def find_email(key: str, context: ToolContext) -> dict[str, Any] | None:
+    """The delivery made under `key`, None if none was; LookupUnsupported if it cannot say."""
+    if context.settings.email_mode == "none":
+        raise LookupUnsupported("the email API is configured without lookup")
+    base = service_url(context, "email_url", "NIGHTSHIFT_EMAIL_URL")
+    response = httpx.get(f"{base}/emails", params={"key": key}, timeout=TIMEOUT)
+    if response.status_code == 404:
+        raise LookupUnsupported(response.json().get("error", "lookup not supported"))
+    response.raise_for_status()
+    deliveries = response.json().get("deliveries") or []
+    return dict(deliveries[0]) if deliveries else None
+
+
+def email_effect(key: KeyBuilder) -> SideEffect:
+    """An email send as the deployed email API (NIGHTSHIFT_EMAIL_MODE) handles it."""
+    return SideEffect(
+        service="email",
+        key=key,
+        honours_keys=lambda settings: settings.email_mode == "keys",
+        key_retention=lambda settings: timedelta(hours=settings.email_key_retention_hours),
+        lookup=find_email,
+    )
+
+
+def open_pull_request(
+    context: ToolContext, repo: str, branch: str, title: str, body: str
+) -> dict[str, Any]:
+    """Open a pull request; one already open for the branch is the result, not an error."""
+    base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
+    response = httpx.post(
+        f"{base}/repos/{repo}/pulls",
+        json={"branch": branch, "title": title, "body": body},
+        headers=_key_header(context),
+        timeout=TIMEOUT,
+    )
+    if response.status_code == 409 and "pull" in response.json():
+        return {**response.json()["pull"], "already_open": True}
+    response.raise_for_status()
+    opened: dict[str, Any] = response.json()
+    return opened
+
+
+def find_open_pull(repo: str, branch: str, context: ToolContext) -> dict[str, Any] | None:
+    base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
+    response = httpx.get(
+        f"{base}/repos/{repo}/pulls", params={"branch": branch, "state": "open"}, timeout=TIMEOUT
+    )
+    response.raise_for_status()
+    pulls = response.json()
+    return dict(pulls[0]) if pulls else None
+
+
+def set_price(context: ToolContext, sku: str, price: float, currency: str) -> dict[str, Any]:
+    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    response = httpx.put(
+        f"{base}/prices/{sku}",
+        json={"price": price, "currency": currency},
+        headers=_key_header(context),
+        timeout=TIMEOUT,
+    )
+    response.raise_for_status()
+    changed: dict[str, Any] = response.json()
+    return changed
+
+
+def find_price_change(key: str, context: ToolContext) -> dict[str, Any] | None:
+    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    response = httpx.get(f"{base}/changes", params={"key": key}, timeout=TIMEOUT)
+    response.raise_for_status()
+    changes = response.json().get("changes") or []
+    return dict(changes[0]) if changes else None

@@ -1,0 +1,1 @@
+"""The HTTP edge: JSON API, signed webhooks, the status page."""

@@ -1,0 +1,267 @@
+"""The status page: runs, batches and a run's timeline, and pending approvals to decide.
+
+Server-rendered HTML (Jinja2, autoescaped). People sign in with the API token and their name;
+the session is a signed cookie (HttpOnly, SameSite=Strict) and every form carries a CSRF token.
+Decisions go through pipeline.decisions.decide, the same single-use decision as the webhook.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.templating import Jinja2Templates
+
+from models import ActionState, RunStatus
+from pipeline.api.base import ApiConfig, ApiError, status_for
+from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
+from pipeline.errors import NightshiftError
+from pipeline.keys import entry_kind
+
+WEB = Path(__file__).parent / "web"
+MAX_FORM_FIELDS = 20
+MAX_NOTE = 2000
+
+templates = Jinja2Templates(
+    env=Environment(loader=FileSystemLoader(WEB), autoescape=select_autoescape(default=True))
+)
+templates.env.filters["quote"] = lambda value: quote(str(value), safe="")
+router = APIRouter(include_in_schema=False)
+
+
+def install(app: FastAPI, config: ApiConfig) -> None:
+    app.state.sessions = SessionSigner(config.session_key())
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=WEB / "static"), name="static")
+
+
+# -- sessions -------------------------------------------------------------------------------
+
+
+def _signer(request: Request) -> SessionSigner:
+    signer: SessionSigner = request.app.state.sessions
+    return signer
+
+
+def _config(request: Request) -> ApiConfig:
+    config: ApiConfig = request.app.state.config
+    return config
+
+
+def _session(request: Request) -> WebSession | None:
+    return _signer(request).read(request.cookies.get(COOKIE))
+
+
+def _to_login() -> RedirectResponse:
+    return RedirectResponse("/ui/login", status_code=303)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise ApiError(415, "expected a form (application/x-www-form-urlencoded)")
+    try:
+        text = (await request.body()).decode()
+        return dict(parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "the form could not be read") from None
+
+
+def _page(
+    request: Request,
+    name: str,
+    session: WebSession | None,
+    status: int = 200,
+    **context: Any,
+) -> Response:
+    csrf = _signer(request).csrf_token(session) if session else ""
+    context = {"session": session, "csrf": csrf, "RunStatus": RunStatus, **context}
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def _failure(request: Request, session: WebSession | None, exc: NightshiftError) -> Response:
+    status = status_for(exc)
+    message = str(exc) if status < 500 else "internal error; the server log has the details"
+    return _page(request, "error.html", session, status=status, message=message)
+
+
+# -- sign in and out ------------------------------------------------------------------------
+
+
+@router.get("/")
+def root() -> RedirectResponse:
+    return RedirectResponse("/ui", status_code=303)
+
+
+@router.get("/ui/login")
+def login_form(request: Request) -> Response:
+    if _session(request) is not None:
+        return RedirectResponse("/ui", status_code=303)
+    return _page(request, "login.html", None, insecure=_config(request).insecure_no_auth)
+
+
+@router.post("/ui/login")
+async def login(request: Request) -> Response:
+    fields = await _form(request)
+    config = _config(request)
+    who = fields.get("who", "").strip()
+    problem = None
+    if not who or len(who) > 200 or not who.isprintable():
+        problem = "Enter your name or email (at most 200 characters)."
+    elif not config.insecure_no_auth and not config.token_matches(fields.get("token")):
+        problem = "That token is not the API token."
+    if problem:
+        return _page(
+            request, "login.html", None, status=401, error=problem, who=who,
+            insecure=config.insecure_no_auth,
+        )  # fmt: skip
+    response = RedirectResponse("/ui", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        _signer(request).issue(who),
+        max_age=_signer(request).max_age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/ui/logout")
+async def logout(request: Request) -> Response:
+    session = _session(request)
+    fields = await _form(request)
+    if session is not None and not _signer(request).csrf_matches(session, fields.get("csrf")):
+        return _page(request, "error.html", session, status=403, message=_STALE_FORM)
+    response = _to_login()
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+_STALE_FORM = "This form is stale or was not sent by the status page; reload the page and retry."
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+@router.get("/ui")
+def dashboard(request: Request, status: str | None = None) -> Response:
+    from pipeline.runs.decisions import list_actions
+    from pipeline.views.batches import list_batches
+    from pipeline.views.runs import list_runs
+
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    chosen = status if status in {s.value for s in RunStatus} else None
+    return _page(
+        request,
+        "dashboard.html",
+        session,
+        approvals=list_actions(state=ActionState.PENDING_APPROVAL, limit=100),
+        unknown=list_actions(state=ActionState.OUTCOME_UNKNOWN, limit=100),
+        batches=[b.as_json() for b in list_batches(limit=20)],
+        runs=list_runs(status=chosen, limit=50),
+        chosen=chosen,
+    )
+
+
+@router.get("/ui/runs/{run_id}")
+def run_page(request: Request, run_id: str) -> Response:
+    from pipeline.api.routes import parse_run_id
+    from pipeline.views.runs import show_run
+
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    try:
+        detail = show_run(parse_run_id(run_id))
+    except NightshiftError as exc:
+        return _failure(request, session, exc)
+    return _page(request, "run.html", session, steps=_timeline(detail["journal"]), **detail)
+
+
+def _timeline(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Journal entries grouped by step, each marked model, tool or note."""
+    steps: dict[int, list[dict[str, Any]]] = {}
+    for entry in journal:
+        kind = str(entry_kind(entry["key"]) or "")
+        steps.setdefault(entry["step"], []).append({**entry, "kind": kind})
+    return [{"step": step, "entries": entries} for step, entries in sorted(steps.items())]
+
+
+@router.get("/ui/batches/{batch_id:path}")
+def batch_page(request: Request, batch_id: str) -> Response:
+    from pipeline.views.batches import show_batch
+    from pipeline.views.runs import list_runs
+
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    try:
+        batch = show_batch(batch_id).as_json()
+    except NightshiftError as exc:
+        return _failure(request, session, exc)
+    runs = list_runs(batch=batch_id, limit=500)
+    return _page(request, "batch.html", session, batch=batch, runs=runs)
+
+
+@router.get("/ui/actions/{key:path}")
+def action_page(request: Request, key: str, repeated: int = 0) -> Response:
+    from pipeline.views.actions import show_action
+
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    try:
+        action = show_action(key)
+    except NightshiftError as exc:
+        return _failure(request, session, exc)
+    return _page(request, "action.html", session, action=action, repeated=bool(repeated))
+
+
+@router.post("/ui/actions/{key:path}")
+async def decide_page(request: Request, key: str) -> Response:
+    """Approve or reject from the page: the same single-use decision as the webhook."""
+    from pipeline.runs.decisions import decide
+    from pipeline.views.actions import show_action
+
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    fields = await _form(request)
+    if not _signer(request).csrf_matches(session, fields.get("csrf")):
+        return _page(request, "error.html", session, status=403, message=_STALE_FORM)
+    decision = fields.get("decision")
+    if decision not in ("approve", "reject"):
+        return _page(
+            request, "error.html", session, status=422, message="decision must be approve or reject"
+        )
+    note = (fields.get("note") or "").strip()[:MAX_NOTE] or None
+    try:
+        result = await run_in_threadpool(decide, key, decision, session.who, note)
+    except NightshiftError as exc:
+        try:
+            action = await run_in_threadpool(show_action, key)
+        except NightshiftError:
+            return _failure(request, session, exc)
+        return _page(
+            request, "action.html", session, status=status_for(exc), action=action,
+            error=str(exc), repeated=False,
+        )  # fmt: skip
+    target = f"/ui/actions/{quote(key, safe='')}"
+    return RedirectResponse(target + ("" if result.first else "?repeated=1"), status_code=303)
+
+
+def _run_link(run_id: str | uuid.UUID) -> str:
+    return f"/ui/runs/{run_id}"
+
+
+templates.env.globals["run_link"] = _run_link

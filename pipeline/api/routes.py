@@ -1,0 +1,294 @@
+"""The JSON API: runs, batches, the signed approval and event webhooks, metrics and health."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import redis
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import text
+
+from models import RunStatus
+from pipeline.api import webhooks
+from pipeline.api.base import ApiConfig, ApiError, describe_validation
+from pipeline.db import broker_url, get_engine
+from pipeline.errors import RunNotFound
+from pipeline.settings import get_settings
+
+log = logging.getLogger("nightshift.api")
+
+bearer = HTTPBearer(auto_error=False, description="The value of NIGHTSHIFT_API_TOKEN.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def _config(request: Request) -> ApiConfig:
+    config: ApiConfig = request.app.state.config
+    return config
+
+
+def require_token(request: Request, credentials: Credentials) -> None:
+    config = _config(request)
+    if config.insecure_no_auth:
+        return
+    if not config.token_matches(credentials.credentials if credentials else None):
+        raise ApiError(401, "a valid bearer token is required (NIGHTSHIFT_API_TOKEN)", _CHALLENGE)
+
+
+def require_metrics_token(request: Request, credentials: Credentials) -> None:
+    config = _config(request)
+    if config.insecure_no_auth:
+        return
+    if not config.metrics_token_matches(credentials.credentials if credentials else None):
+        raise ApiError(
+            401,
+            "a valid bearer token is required (NIGHTSHIFT_API_TOKEN or NIGHTSHIFT_METRICS_TOKEN)",
+            _CHALLENGE,
+        )
+
+
+router = APIRouter()
+authed = APIRouter(dependencies=[Depends(require_token)])
+
+
+# -- runs and batches -----------------------------------------------------------------------
+
+
+class StartRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(min_length=1, max_length=100, examples=["nightly_report"])
+    input: dict[str, Any] = Field(examples=[{"team": "ops", "date": "2026-11-29"}])
+
+
+class Started(BaseModel):
+    run_id: uuid.UUID
+    created: bool
+    """False when the Idempotency-Key named a run that already existed."""
+
+
+@authed.post("/runs", status_code=201, response_model=Started, tags=["runs"])
+def start(
+    body: StartRun,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Started:
+    """Start a run. The same Idempotency-Key returns the same run (200); reusing it with a
+    different agent or input is refused (409)."""
+    from pipeline.runs.start import start_run
+
+    started = start_run(body.agent, body.input, idempotency_key)
+    response.headers["Location"] = f"/runs/{started.run_id}"
+    if not started.created:
+        response.status_code = 200
+    return Started(run_id=started.run_id, created=started.created)
+
+
+@authed.get("/runs", tags=["runs"])
+def runs(
+    status: RunStatus | None = None,
+    agent: Annotated[str | None, Query(max_length=100)] = None,
+    batch: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    """Runs, newest first."""
+    from pipeline.views.runs import list_runs
+
+    return {"runs": list_runs(status=status, agent=agent, batch=batch, limit=limit)}
+
+
+def parse_run_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise RunNotFound(f"no run has id {text!r} (run ids are UUIDs)") from None
+
+
+@authed.get("/runs/{run_id}", tags=["runs"])
+def run(run_id: str) -> dict[str, Any]:
+    """A run with its input, result, journal timeline and actions."""
+    from pipeline.views.runs import show_run
+
+    return show_run(parse_run_id(run_id))
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(default="api", min_length=1, max_length=200)
+    reason: str = Field(default="cancelled", min_length=1, max_length=64)
+
+
+@authed.post("/runs/{run_id}/cancel", tags=["runs"])
+def cancel(run_id: str, body: CancelRequest | None = None) -> dict[str, Any]:
+    """Cancel a run: a waiting run stops now, a running one at its next step."""
+    from pipeline.runs.cancel import cancel_run
+
+    body = body or CancelRequest()
+    result = cancel_run(parse_run_id(run_id), by=body.by, reason=body.reason)
+    return {"run_id": str(result.run_id), "status": result.status.value}
+
+
+@authed.get("/batches/{batch_id:path}", tags=["batches"])
+def batch(batch_id: str) -> dict[str, Any]:
+    """A batch: its status, its children counted by status, its synthesis run and the
+    approvals it waits for."""
+    from pipeline.views.batches import show_batch
+
+    return show_batch(batch_id).as_json()
+
+
+# -- signed webhooks ------------------------------------------------------------------------
+
+_SIGNED = {
+    "security": [],
+    "parameters": [
+        {"name": webhooks.TIMESTAMP_HEADER, "in": "header", "required": True,
+         "schema": {"type": "string"}, "description": "Unix seconds; at most 5 minutes off."},
+        {"name": webhooks.SIGNATURE_HEADER, "in": "header", "required": True,
+         "schema": {"type": "string"},
+         "description": 'sha256=<hex HMAC-SHA256(NIGHTSHIFT_WEBHOOK_SECRET, f"{timestamp}.'
+                        '{raw body}")>'},
+    ],
+}  # fmt: skip
+
+
+async def signed_body(request: Request, model: type[BaseModel]) -> Any:
+    """Verify the signature over the raw body, then parse it: 503, 401, 400 or 422."""
+    secret = _config(request).webhook_secret
+    if secret is None:
+        raise ApiError(503, "webhooks are disabled: NIGHTSHIFT_WEBHOOK_SECRET is not set")
+    raw = await request.body()
+    try:
+        webhooks.verify(
+            secret,
+            request.headers.get(webhooks.TIMESTAMP_HEADER),
+            request.headers.get(webhooks.SIGNATURE_HEADER),
+            raw,
+        )
+    except webhooks.BadSignature as exc:
+        raise ApiError(401, str(exc)) from None
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        problems = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise ApiError(422, describe_validation(problems)) from None
+
+
+class ApprovalDecision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: Literal["approve", "reject"]
+    by: str = Field(min_length=1, max_length=200)
+    note: str | None = Field(default=None, max_length=2000)
+
+
+def _extra(model: type[BaseModel]) -> dict[str, Any]:
+    body = {"content": {"application/json": {"schema": model.model_json_schema()}}}
+    return {**_SIGNED, "requestBody": {"required": True, **body}}
+
+
+@router.post(
+    "/approvals/{action_key:path}", tags=["webhooks"], openapi_extra=_extra(ApprovalDecision)
+)
+async def approval(action_key: str, request: Request) -> dict[str, Any]:
+    """Approve or reject a pending action, once: a repeated identical decision returns the
+    first outcome with "first": false; a different one is refused (409)."""
+    from pipeline.runs.decisions import decide
+
+    body: ApprovalDecision = await signed_body(request, ApprovalDecision)
+    result = await run_in_threadpool(decide, action_key, body.decision, body.by, body.note)
+    return {
+        "action_key": result.action_key,
+        "decision": result.decision.value,
+        "decided_by": result.decided_by,
+        "first": result.first,
+        "state": result.state.value,
+        "run_id": str(result.run_id),
+    }
+
+
+class EventDelivery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_id: str = Field(min_length=1, max_length=200)
+    payload: dict[str, Any]
+
+
+@router.post("/events/{source}", tags=["webhooks"], openapi_extra=_extra(EventDelivery))
+async def event(source: str, request: Request) -> JSONResponse:
+    """Start the source's run for this event once; a repeated event id returns its run (200)."""
+    from pipeline.runs.events import start_from_event
+
+    body: EventDelivery = await signed_body(request, EventDelivery)
+    started = await run_in_threadpool(start_from_event, source, body.event_id, body.payload)
+    return JSONResponse(
+        {
+            "run_id": str(started.run_id),
+            "duplicate": started.duplicate,
+            "deliveries": started.deliveries,
+        },
+        status_code=200 if started.duplicate else 201,
+    )
+
+
+# -- operations -----------------------------------------------------------------------------
+
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@router.get(
+    "/metrics",
+    tags=["operations"],
+    dependencies=[Depends(require_metrics_token)],
+    response_class=PlainTextResponse,
+)
+def metrics() -> PlainTextResponse:
+    """Reliability and usage metrics in the Prometheus text format."""
+    from pipeline.views.metrics import collect, prometheus_text
+
+    return PlainTextResponse(prometheus_text(collect()), media_type=PROMETHEUS)
+
+
+@router.get("/healthz", tags=["operations"])
+def healthz() -> JSONResponse:
+    """The database answers `select 1` and the broker answers PING; 503 if either does not."""
+    checks = {"database": _check(_database), "broker": _check(_broker)}
+    healthy = all(v == "ok" for v in checks.values())
+    body: dict[str, Any] = checks if healthy else {"error": "unhealthy", **checks}
+    return JSONResponse(body, status_code=200 if healthy else 503)
+
+
+def _check(probe: Callable[[], None]) -> str:
+    try:
+        probe()
+    except Exception as exc:  # any failure is "unhealthy"; the type is enough to act on
+        log.warning("health check %s failed: %s", probe.__name__, type(exc).__name__)
+        return f"unavailable ({type(exc).__name__})"
+    return "ok"
+
+
+def _database() -> None:
+    with get_engine().connect() as connection:
+        connection.execute(text("select 1"))
+
+
+def _broker() -> None:
+    client = redis.Redis.from_url(
+        broker_url(get_settings()), socket_timeout=2, socket_connect_timeout=2
+    )
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+router.include_router(authed)

@@ -1,0 +1,1 @@
+"""The chaos harness: real workers, a seeded schedule of faults, and the proof."""

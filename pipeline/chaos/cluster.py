@@ -1,0 +1,326 @@
+"""The chaos harness's cluster: its own embedded PostgreSQL and Redis (restarted at will, on
+the same ports), the sandbox services, and real worker and beat processes.
+
+In production an operator's supervisor (systemd, Kubernetes, docker's restart policy) starts
+a new worker when one dies; here `supervise()` plays that part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+from sqlalchemy import text
+
+import pipeline.embedded as embedded
+from pipeline.chaos.common import ChaosError, NoTarget, retrying
+from pipeline.errors import ServiceError
+from pipeline.local.processes import CeleryProcess
+from pipeline.sandbox import SandboxSet, start_all
+
+T = TypeVar("T")
+
+LEASE_SECONDS = 3
+MODEL_LATENCY = 0.2
+"""The local Messages API answers after this long, so kills land in the middle of steps."""
+SEND_DELAY = 0.2
+"""Email, pricing and git host pause after a delivery before replying: a kill in that window
+leaves an action whose outcome is unknown, which the runtime must reconcile."""
+_HELD = text(
+    "SELECT id, fence, lease_owner FROM runs"
+    " WHERE status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at > now()"
+)
+
+
+@dataclass
+class WorkerSlot:
+    """One worker position: the process in it now, replaced whenever it dies."""
+
+    index: int
+    pool: str
+    concurrency: int
+    process: CeleryProcess
+    generation: int = 1
+    frozen_until: float | None = None
+    killed: bool = False
+    """The harness killed it: its exit is expected."""
+
+    @property
+    def name(self) -> str:
+        return self.process.name
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def pids(self) -> set[int]:
+        with contextlib.suppress(psutil.Error):
+            return {self.pid, *(c.pid for c in psutil.Process(self.pid).children())}
+        return {self.pid}
+
+
+@dataclass
+class Death:
+    """A worker or beat that exited without the harness killing it."""
+
+    name: str
+    at: float
+    code: int | None
+    reason: str
+
+
+@dataclass
+class Cluster:
+    root: Path
+    workers: int
+    queue: str
+    slots: list[WorkerSlot] = field(default_factory=list)
+    beat: CeleryProcess | None = None
+    sandboxes: SandboxSet | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    deaths: list[Death] = field(default_factory=list)
+    replaced: int = 0
+    restarts: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds each restarted service was unreachable."""
+    urls: dict[str, str] = field(default_factory=dict)
+    """The embedded servers' URLs: a restart must bring each back on the same one."""
+    clock: Callable[[], float] = time.monotonic
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def services_dir(self) -> Path:
+        return self.root / "services"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, clock: Callable[[], float]) -> None:
+        from pipeline.sandbox.responders import agent_responder
+
+        self.clock = clock
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.urls = urls = embedded.ensure_running(self.services_dir)
+        schedules_off = self.logs / "schedules.json"
+        self.env = {
+            "NIGHTSHIFT_DATABASE_URL": urls["postgres"],
+            "NIGHTSHIFT_BROKER_URL": urls["redis"],
+            "NIGHTSHIFT_QUEUE": self.queue,
+            "NIGHTSHIFT_DATA_DIR": str(self.root / "data"),
+            "NIGHTSHIFT_SCHEDULES_FILE": str(schedules_off),
+            "NIGHTSHIFT_LEASE_SECONDS": str(LEASE_SECONDS),
+            "NIGHTSHIFT_HEARTBEAT_SECONDS": "1",
+            "NIGHTSHIFT_TICK_SECONDS": "1",
+            "NIGHTSHIFT_HANDOFF_GRACE_SECONDS": str(LEASE_SECONDS * 2),
+            "NIGHTSHIFT_STEP_TIME_LIMIT": "60",
+            "NIGHTSHIFT_VISIBILITY_TIMEOUT": "120",
+            "NIGHTSHIFT_EMAIL_MODE": "keys",
+            "NIGHTSHIFT_MODEL_TIMEOUT": "10",
+        }
+        # Before anything imports the Celery app: the harness sends steps and approvals too.
+        os.environ.update(self.env)
+        from pipeline.settings import get_settings
+
+        get_settings.cache_clear()
+        schedules_off.write_text(json.dumps(_disabled_schedules()))
+        from pipeline.migrate import upgrade
+
+        upgrade()
+        self.sandboxes = start_all(
+            self.logs / "sandbox", email_mode="keys", responder=agent_responder
+        )
+        self.sandboxes.messages.delay_seconds = MODEL_LATENCY
+        for server in (self.sandboxes.email, self.sandboxes.pricing, self.sandboxes.githost):
+            server.delay_seconds = SEND_DELAY
+        self.env |= {
+            "NIGHTSHIFT_WEB_URL": self.sandboxes.web.url,
+            "NIGHTSHIFT_EMAIL_URL": self.sandboxes.email.url,
+            "NIGHTSHIFT_PRICING_URL": self.sandboxes.pricing.url,
+            "NIGHTSHIFT_GITHOST_URL": self.sandboxes.githost.url,
+            # The real anthropic SDK against the local Messages API (scripted replies).
+            "ANTHROPIC_API_KEY": "chaos-local-key",
+            "ANTHROPIC_BASE_URL": self.sandboxes.messages.url,
+        }
+        self.beat = self._process("beat", beat=True).start()
+        for index in range(self.workers):
+            prefork = self.workers > 1 and index == self.workers - 1
+            pool, concurrency = ("prefork", 2) if prefork else ("threads", 4)
+            process = self._process(f"w{index + 1}-1", pool=pool, concurrency=concurrency)
+            self.slots.append(WorkerSlot(index + 1, pool, concurrency, process.start()))
+
+    def stop(self) -> None:
+        with self.lock:
+            for slot in self.slots:
+                slot.process.stop()
+            if self.beat is not None:
+                self.beat.stop()
+        if self.sandboxes is not None:
+            self.sandboxes.stop()
+        embedded.stop(self.services_dir)
+
+    def _process(
+        self, name: str, pool: str = "threads", concurrency: int = 4, beat: bool = False
+    ) -> CeleryProcess:
+        log_path = self.logs / f"{name}.log"
+        return CeleryProcess(name, log_path, dict(self.env), concurrency, pool, beat)
+
+    def worker_logs(self) -> list[Path]:
+        return sorted(self.logs.glob("w*.log"))
+
+    # -- the supervisor ----------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Thaw workers whose freeze is over; replace workers (and beat) that exited."""
+        now = time.monotonic()
+        with self.lock:
+            for slot in self.slots:
+                if slot.frozen_until is not None and now >= slot.frozen_until:
+                    self.thaw(slot)
+                if slot.process.exited():
+                    if not slot.killed:
+                        self._died(slot.process)
+                    self._replace(slot)
+            if self.beat is not None and self.beat.exited():
+                self._died(self.beat)
+                self.beat.stop()
+                self.beat = self._process("beat", beat=True).start(wait=False)
+
+    def _died(self, process: CeleryProcess) -> None:
+        code = process.process.returncode if process.process else None
+        lines = process.log().strip().splitlines()
+        # Celery names what killed it on a CRITICAL line; a traceback may follow it.
+        critical = [line.split("] ", 1)[-1] for line in lines if "CRITICAL/" in line]
+        reason = (critical or lines[-1:] or ["(empty log)"])[-1][:300]
+        self.deaths.append(Death(process.name, round(self.clock(), 1), code, reason))
+
+    def _replace(self, slot: WorkerSlot) -> None:
+        slot.process.stop()  # reaps it and closes its log
+        slot.generation += 1
+        name = f"w{slot.index}-{slot.generation}"
+        slot.process = self._process(name, slot.pool, slot.concurrency).start(wait=False)
+        slot.killed, slot.frozen_until = False, None
+        self.replaced += 1
+
+    def thaw_all(self) -> None:
+        with self.lock:
+            for slot in self.slots:
+                if slot.frozen_until is not None:
+                    self.thaw(slot)
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def choose_worker(self, pick: float) -> tuple[WorkerSlot, int | None]:
+        """A live, unfrozen worker, busy ones first: (slot, the pool child holding a run)."""
+        held = self.held_runs()
+        with self.lock:
+            live = [s for s in self.slots if not s.process.exited() and s.frozen_until is None]
+            busy = [
+                (slot, pid if pid != slot.pid else None)
+                for slot in live
+                for pid in sorted(slot.pids() & held.keys())
+            ]
+            candidates = busy or [(slot, None) for slot in live]
+            if not candidates:
+                raise NoTarget("every worker is frozen or gone")
+            return candidates[int(pick * len(candidates))]
+
+    def kill(self, slot: WorkerSlot) -> set[int]:
+        """SIGKILL the whole worker (pool children too) and start its replacement."""
+        with self.lock:
+            pids = slot.pids()
+            slot.killed = True
+            slot.process.kill()
+            self._replace(slot)
+            return pids
+
+    def kill_child(self, slot: WorkerSlot, pid: int) -> None:
+        """SIGKILL one prefork pool child: the worker's pool replaces it by itself."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    def freeze(self, slot: WorkerSlot, seconds: float) -> set[int]:
+        with self.lock:
+            os.killpg(slot.pid, signal.SIGSTOP)
+            slot.frozen_until = time.monotonic() + seconds
+            return slot.pids()
+
+    def thaw(self, slot: WorkerSlot) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(slot.pid, signal.SIGCONT)
+        slot.frozen_until = None
+
+    def restart(self, name: str, mode: str, down_seconds: float) -> float:
+        """Stop one embedded server (cleanly, or like a crash), keep it down, start it again.
+
+        Returns how long it did not answer. The URL must stay the same: workers keep theirs.
+        """
+        sig = {
+            "term": signal.SIGTERM,  # redis: a clean shutdown, the append-only file synced
+            "kill": signal.SIGKILL,  # redis: a crash; the last second of writes may be lost
+            "fast": signal.SIGINT,  # postgres: pg_ctl's fast mode, sessions are terminated
+            "immediate": signal.SIGQUIT,  # postgres: a crash; recovery replays the WAL
+        }[mode]
+        info = next(i for i in embedded.status(self.services_dir) if i.name == name)
+        started = time.monotonic()
+        if info.pid is not None:
+            os.kill(info.pid, sig)
+            _wait_gone(info.pid)
+        time.sleep(down_seconds)
+        urls = retrying(
+            lambda: embedded.ensure_running(
+                self.services_dir, postgres=name == "postgres", redis=name == "redis"
+            ),
+            timeout=120,
+            errors=(ServiceError,),
+        )
+        if urls[name] != self.urls[name]:
+            raise ChaosError(f"{name} came back on {urls[name]}, not {self.urls[name]}")
+        down = time.monotonic() - started
+        self.restarts.setdefault(name, []).append(round(down, 2))
+        return down
+
+    def held_runs(self) -> dict[int, list[tuple[uuid.UUID, int]]]:
+        """pid -> the (run, fence) pairs whose lease it holds (lease_owner is host:pid:thread)."""
+        from pipeline.db import transaction
+
+        def query() -> dict[int, list[tuple[uuid.UUID, int]]]:
+            held: dict[int, list[tuple[uuid.UUID, int]]] = {}
+            with transaction() as session:
+                for run_id, fence, owner in session.execute(_HELD):
+                    with contextlib.suppress(IndexError, ValueError):
+                        held.setdefault(int(owner.split(":")[1]), []).append((run_id, fence))
+            return held
+
+        return retrying(query)
+
+
+def _wait_gone(pid: int, timeout: float = 60.0) -> None:
+    """Until `pid` has exited (a zombie counts as gone: it serves nothing)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise ChaosError(f"pid {pid} did not exit within {timeout:.0f}s")
+
+
+def _disabled_schedules() -> list[dict[str, object]]:
+    """The shipped nightly schedules stay off: the workload is the harness's own."""
+    from beat_schedule import SCHEDULES
+
+    return [{"name": s.name, "enabled": False} for s in SCHEDULES]

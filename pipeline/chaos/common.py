@@ -1,0 +1,43 @@
+"""What the chaos harness's parts share: its errors, and retrying a call while PostgreSQL or
+Redis is briefly away."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+import redis
+from kombu.exceptions import OperationalError as BrokerError
+from sqlalchemy.exc import DBAPIError
+
+from pipeline.errors import NightshiftError
+
+T = TypeVar("T")
+
+
+class ChaosError(NightshiftError):
+    """The chaos harness could not do what it was asked."""
+
+
+class NoTarget(ChaosError):
+    """Nothing to inject this fault into right now (no busy worker, no pending approval)."""
+
+
+TRANSIENT = (DBAPIError, psycopg.Error, BrokerError, redis.RedisError, OSError)
+"""What a service restart makes the harness's own calls raise for a moment."""
+
+
+def retrying(
+    call: Callable[[], T], timeout: float = 60.0, errors: tuple[type[Exception], ...] = TRANSIENT
+) -> T:
+    """`call()`, tried again while PostgreSQL or Redis is briefly away."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except errors:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)

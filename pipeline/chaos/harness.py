@@ -1,0 +1,297 @@
+"""`nightshift chaos`: a mixed workload on real workers while faults are injected, then a check
+from the database and the sandbox delivery logs that every run finished and every side effect
+happened once.
+
+Threads: the workload (starts runs, approves them later), the injector (the seeded fault
+schedule), the sampler (polls the runs table: progress, and the first claim after each fault)
+and the main thread (the supervisor that replaces dead workers, and progress lines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import text
+
+from pipeline.chaos.cluster import LEASE_SECONDS, Cluster
+from pipeline.chaos.common import TRANSIENT
+from pipeline.chaos.faults import (
+    DEFAULT_WEIGHTS,
+    Approvals,
+    Injector,
+    parse_weights,
+    plan_faults,
+    schedule_hash,
+    write_fault_log,
+)
+from pipeline.chaos.report import ChaosReport, deliveries, verify
+from pipeline.chaos.workload import Workload
+from pipeline.errors import NightshiftError
+
+DEFAULT_RATE = 24.0
+"""Faults a minute: 240 in the default ten minutes."""
+ACTIVE = ("running", "waiting", "needs_attention")
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    duration: float = 600.0
+    seed: int = 0
+    workers: int = 3
+    weights: dict[str, float] = field(default_factory=lambda: parse_weights(DEFAULT_WEIGHTS))
+    rate: float = DEFAULT_RATE
+    settle_seconds: float | None = None
+    """Default: a third of the duration, between 60 and 180 seconds."""
+    keep: bool = False
+    """Keep the PostgreSQL and Redis data (logs are always kept)."""
+
+    @property
+    def settle_timeout(self) -> float:
+        return self.settle_seconds or min(180.0, max(60.0, self.duration / 3))
+
+
+# -- the sampler ----------------------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    run_id: uuid.UUID
+    fence: int
+    kind: str
+    started: float
+    """time.monotonic() when the fault began."""
+
+
+class Sampler:
+    """Polls the runs table every 0.2 s: which runs are active, when each last moved, and the
+    first claim (a higher fence) after each fault that took a run away from its worker."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows: dict[uuid.UUID, tuple[str, int, int]] = {}
+        """Active (and watched) runs: id -> (status, step, fence)."""
+        self.moved: dict[uuid.UUID, float] = {}
+        self.watches: list[Watch] = []
+        self.resumed: list[tuple[str, float]] = []
+        """(fault kind, seconds from the fault to the run's next claim)."""
+        self.interrupted: set[uuid.UUID] = set()
+        self.stopping = threading.Event()
+
+    def watch(self, runs: list[tuple[uuid.UUID, int]], kind: str, started: float) -> None:
+        with self.lock:
+            for run_id, fence in runs:
+                self.watches.append(Watch(run_id, fence, kind, started))
+                self.interrupted.add(run_id)
+
+    def running(self) -> list[uuid.UUID]:
+        with self.lock:
+            return [run for run, (status, _, _) in self.rows.items() if status == "running"]
+
+    def active_count(self) -> int:
+        with self.lock:
+            return sum(1 for status, _, _ in self.rows.values() if status in ACTIVE)
+
+    def still(self, seconds: float) -> list[uuid.UUID]:
+        """Active runs that have not moved (status, step or fence) for `seconds`."""
+        now = time.monotonic()
+        with self.lock:
+            return [
+                run
+                for run, (status, _, _) in self.rows.items()
+                if status in ACTIVE and now - self.moved.get(run, now) >= seconds
+            ]
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.2):
+            # While PostgreSQL restarts polls fail; resume times still count from the fault.
+            with contextlib.suppress(*TRANSIENT):
+                self.poll()
+
+    def poll(self) -> None:
+        from pipeline.db import transaction
+
+        with self.lock:
+            watched = list({w.run_id for w in self.watches})
+        query = text(
+            "SELECT id, status, step, fence FROM runs"
+            " WHERE status IN ('running', 'waiting', 'needs_attention') OR id = ANY(:watched)"
+        )
+        with transaction() as session:
+            found = {
+                r.id: (r.status, r.step, r.fence)
+                for r in session.execute(query, {"watched": watched})
+            }
+        now = time.monotonic()
+        with self.lock:
+            for run, row in found.items():
+                if self.rows.get(run) != row:
+                    self.moved[run] = now
+            self.rows = found
+            waiting = []
+            for watch in self.watches:
+                status, _, fence = found.get(watch.run_id, ("gone", 0, watch.fence))
+                if fence > watch.fence:
+                    self.resumed.append((watch.kind, now - watch.started))
+                elif status in ACTIVE:
+                    waiting.append(watch)
+                # else: it finished without another claim (the step it was in completed)
+            self.watches = waiting
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:
+    plan = plan_faults(config.seed, config.duration, config.rate, config.weights, LEASE_SECONDS)
+    digest = schedule_hash(plan)
+    # Directly under /tmp: PostgreSQL runs as a system user (when we are root) and must
+    # reach its data through every parent directory.
+    root = Path(tempfile.mkdtemp(prefix="nightshift-chaos-", dir="/tmp"))
+    root.chmod(0o755)
+    cluster = Cluster(root, config.workers, queue=f"chaos-{os.getpid()}")
+    (root / "schedule.txt").write_text("\n".join(f.describe() for f in plan) + "\n")
+    say(
+        f"chaos: seed {config.seed}, {config.duration:.0f}s, {config.workers} workers, "
+        f"{len(plan)} faults planned (schedule {digest}: {root / 'schedule.txt'})"
+    )
+    started = time.monotonic()
+
+    def clock() -> float:
+        return time.monotonic() - started
+
+    try:
+        say(f"starting PostgreSQL, Redis, the sandbox services, beat and workers in {root}")
+        cluster.start(clock)
+        started = time.monotonic()
+        sampler, approvals = Sampler(), Approvals()
+        workload = Workload(config.seed, clock, sampler, approvals)
+        injector = Injector(plan, cluster, sampler, clock, approvals)
+        threads = [
+            threading.Thread(target=target, name=name, daemon=True)
+            for name, target in (
+                ("sampler", sampler.run),
+                ("workload", workload.run),
+                ("injector", injector.run),
+            )
+        ]
+        for thread in threads:
+            thread.start()
+        _drive(config, cluster, workload, injector, clock, say)
+        injector.stopping.set()
+        threads[2].join(timeout=120)
+        workload.starting = False
+        say(f"settling: no new runs or faults; up to {config.settle_timeout:.0f}s")
+        settled = _settle(config, cluster, workload, sampler, clock)
+        workload.stopping.set()
+        sampler.stopping.set()
+        for thread in threads[:2]:
+            thread.join(timeout=30)
+        write_fault_log(cluster.logs / "faults.txt", injector.records)
+        (cluster.logs / "approvals.txt").write_text("\n".join(approvals.log) + "\n")
+        return verify(
+            config=config,
+            plan=plan,
+            digest=digest,
+            cluster=cluster,
+            workload=workload,
+            sampler=sampler,
+            injector=injector,
+            approvals=approvals,
+            settled=settled,
+        )
+    finally:
+        # Results of the steps the harness sent unsubscribe when collected: while Redis is up.
+        gc.collect()
+        cluster.stop()
+        if not config.keep:
+            _remove_service_data(cluster)
+
+
+def _drive(
+    config: ChaosConfig,
+    cluster: Cluster,
+    workload: Workload,
+    injector: Injector,
+    clock: Callable[[], float],
+    say: Callable[[str], None],
+) -> None:
+    """The main thread while the faults fly: supervise the workers, report progress."""
+    every = 30.0 if config.duration >= 300 else 15.0
+    next_report = every
+    while clock() < config.duration:
+        cluster.supervise()
+        if clock() >= next_report:
+            next_report += every
+            fired = sum(1 for r in injector.records if r.injected)
+            say(
+                f"[+{clock():4.0f}s] runs started {len(workload.runs)} (and "
+                f"{len(workload.batches)} batches), faults injected "
+                f"{fired}/{len(injector.plan)}, workers replaced {cluster.replaced}, "
+                f"unexpected exits {len(cluster.deaths)}"
+            )
+        time.sleep(0.2)
+
+
+def _settle(
+    config: ChaosConfig,
+    cluster: Cluster,
+    workload: Workload,
+    sampler: Sampler,
+    clock: Callable[[], float],
+) -> float:
+    """Let every run finish: thaw, approve what waits, let a person (the harness, which can
+    read the sandbox logs) resolve unknown outcomes; stop when nothing is active, or nothing
+    moved for ten leases, or at the timeout. Returns the seconds it took."""
+    began = clock()
+    cluster.thaw_all()
+    stall = LEASE_SECONDS * 10
+    next_sweep = 0.0
+    while clock() - began < config.settle_timeout:
+        cluster.supervise()
+        if clock() >= next_sweep:
+            next_sweep = clock() + 2
+            # A decision may race a run that moved on meanwhile: the next sweep looks again.
+            with contextlib.suppress(*TRANSIENT, NightshiftError):
+                workload.approve_all()
+                workload.resolved_by_person += _resolve_unknown(cluster)
+        if sampler.active_count() == 0 and not workload.unstarted and clock() - began > 1:
+            break
+        still = set(sampler.still(stall))
+        if still and len(still) == sampler.active_count():
+            break
+        time.sleep(0.5)
+    return clock() - began
+
+
+def _resolve_unknown(cluster: Cluster) -> int:
+    """Be the person a run in needs_attention waits for: the sandbox logs say what happened."""
+    from pipeline.db import transaction
+    from pipeline.runs.decisions import decide
+
+    query = text(
+        "SELECT a.idempotency_key, a.service FROM actions a JOIN runs r ON r.id = a.run_id"
+        " WHERE a.state = 'outcome_unknown' AND r.status = 'needs_attention'"
+    )
+    with transaction() as session:
+        unknown = list(session.execute(query))
+    delivered = deliveries(cluster)
+    for key, service in unknown:
+        happened = delivered.get(f"{service}:{key}", 0) > 0
+        decide(key, "happened" if happened else "did_not_happen", by="chaos-operator")
+    return len(unknown)
+
+
+def _remove_service_data(cluster: Cluster) -> None:
+    import shutil
+
+    shutil.rmtree(cluster.services_dir, ignore_errors=True)
+    shutil.rmtree(cluster.root / "data", ignore_errors=True)

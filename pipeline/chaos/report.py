@@ -1,0 +1,348 @@
+"""What a chaos run proved: every run and side effect checked from the database, the sandbox
+delivery logs and the worker logs, as numbers for people (text) and for programs (JSON)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+
+from pipeline.chaos.cluster import LEASE_SECONDS
+from pipeline.chaos.common import retrying
+from pipeline.chaos.faults import KINDS, RESUMABLE
+from pipeline.sandbox import read_log
+
+if TYPE_CHECKING:
+    from pipeline.chaos.cluster import Cluster
+    from pipeline.chaos.faults import Approvals, Fault, Injector
+    from pipeline.chaos.harness import ChaosConfig, Sampler
+    from pipeline.chaos.workload import Workload
+
+STALE_WRITE_PATTERNS = {
+    "lease_lost": "stopping without writing",
+    "status_changed": "status changed under",
+    "idle_in_transaction_killed": "idle-in-transaction",
+}
+"""Worker log lines that show a write refused because another worker had taken the run over
+(LeaseLost), or PostgreSQL ending the session of a worker frozen in the middle of a send."""
+DUPLICATE_MESSAGES_PATTERN = "not claimable"
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    duration: float
+    workers: int
+    schedule: str
+    planned: int
+    faults: dict[str, int]
+    """Injected faults by kind."""
+    skipped: dict[str, int]
+    runs: dict[str, int]
+    """The workload's runs by final status."""
+    runs_by_agent: dict[str, dict[str, int]]
+    resolved_by_person: int
+    """Runs in needs_attention that the harness, as the person, resolved from the sandbox logs."""
+    completion_rate: float | None
+    interrupted: int
+    """Runs a fault took away from their worker (killed, frozen, or in flight during a restart)."""
+    interrupted_completed: int
+    resumption_rate: float | None
+    resume_seconds: dict[str, float | int]
+    resume_by_kind: dict[str, dict[str, float | int]]
+    side_effects: int
+    duplicates: int
+    duplicate_rate: float | None
+    resends_absorbed: int
+    """Actions sent more than once with the same key (the service's key made them one)."""
+    stale_writes: dict[str, int]
+    duplicate_messages_refused: int
+    approvals: dict[str, int]
+    workers_replaced: int
+    restarts: dict[str, list[float]]
+    settle_seconds: float
+    logs: str
+    duplicate_keys: list[str] = field(default_factory=list)
+    missing_effects: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    waiting_for_person: list[str] = field(default_factory=list)
+    failed_runs: list[str] = field(default_factory=list)
+    unexpected_exits: list[str] = field(default_factory=list)
+    exit_reasons: dict[str, int] = field(default_factory=dict)
+    """Workers and beat that exited without being killed, by the reason in their log."""
+    fault_notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed, "text": self.text()}
+
+    def text(self) -> str:
+        total = sum(self.faults.values())
+        kinds = "  ".join(f"{k} {self.faults.get(k, 0)}" for k in KINDS)
+        skipped = sum(self.skipped.values())
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(self.runs.items()))
+        stale = ", ".join(f"{k} {v}" for k, v in self.stale_writes.items())
+        resume = self.resume_seconds
+        lines = [
+            f"== nightshift chaos: seed {self.seed}, {self.duration:.0f}s, {self.workers} "
+            f"workers, schedule {self.schedule} ==",
+            f"faults injected      {total} of {self.planned} planned: {kinds}"
+            + (f"  (skipped {skipped})" if skipped else ""),
+            f"runs                 {sum(self.runs.values())}: {statuses}",
+            "  by agent           "
+            + ", ".join(f"{a} {sum(n.values())}" for a, n in sorted(self.runs_by_agent.items())),
+            f"completion rate      {_pct(self.completion_rate)}",
+            f"resumption rate      {_pct(self.resumption_rate)} ({self.interrupted_completed} of "
+            f"{self.interrupted} interrupted runs completed)",
+            f"time to resume       p50 {resume['p50']}s  p95 {resume['p95']}s  max "
+            f"{resume['max']}s  (n={resume['n']}, lease {LEASE_SECONDS}s)",
+            *(
+                f"  after {kind:<9} p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s  (n={r['n']})"
+                for kind, r in self.resume_by_kind.items()
+                if r["n"]
+            ),
+            f"side effects         {self.side_effects} delivered, {self.duplicates} duplicates: "
+            f"duplicate-action rate {_pct(self.duplicate_rate)}; {self.resends_absorbed} resends "
+            "with the same key absorbed by the services",
+            f"stale writes refused {sum(self.stale_writes.values())} ({stale}); duplicate step "
+            f"messages refused by the claim: {self.duplicate_messages_refused}",
+            f"approvals            {self.approvals['calls']} calls, {self.approvals['concurrent']}"
+            f" fired twice at once, {self.approvals['doubled']} approved twice, "
+            f"{self.approvals['errors']} failed (service restarting)",
+            f"workers              {self.workers_replaced} replaced, "
+            f"{len(self.unexpected_exits)} exited without being killed; "
+            f"{self.resolved_by_person} unknown outcomes resolved as a person",
+            f"restarts             redis {len(self.restarts.get('redis', []))}, postgres "
+            f"{len(self.restarts.get('postgres', []))}; settled in {self.settle_seconds:.0f}s",
+        ]
+        for title, items in (
+            ("lost runs", self.lost),
+            ("stuck runs", self.stuck),
+            ("duplicate side effects", self.duplicate_keys),
+            ("confirmed but never delivered", self.missing_effects),
+            ("waiting for a person", self.waiting_for_person),
+            ("failed runs", self.failed_runs),
+            ("exits by reason", [f"{n} x {why}" for why, n in self.exit_reasons.items()]),
+            ("fault notes", self.fault_notes),
+        ):
+            if items:
+                lines.append(f"{title} ({len(items)}):")
+                lines += [f"  {item}" for item in items[:10]]
+                lines += [f"  ... and {len(items) - 10} more"] if len(items) > 10 else []
+        lines.append(f"logs                 {self.logs}")
+        verdict = "PASS" if self.passed else "FAIL: " + "; ".join(self.problems)
+        lines.append(f"result               {verdict}")
+        return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.2f}%"
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def _summary(values: list[float]) -> dict[str, float | int]:
+    return {
+        "p50": round(percentile(values, 50), 2),
+        "p95": round(percentile(values, 95), 2),
+        "max": round(max(values, default=0.0), 2),
+        "n": len(values),
+    }
+
+
+# -- the side effects, from the sandbox delivery logs ---------------------------------------
+
+
+def deliveries(cluster: Cluster) -> Counter[str]:
+    """Side effects delivered, per idempotency key (pull requests per `pr:<repo>:<branch>`)."""
+    logs = cluster.logs / "sandbox"
+    counts: Counter[str] = Counter()
+    for entry in read_log(logs / "email.jsonl") + read_log(logs / "pricing.jsonl"):
+        counts[f"{entry['service']}:{entry.get('key')}"] += 1
+    for entry in read_log(logs / "githost.jsonl"):
+        if entry.get("action") == "opened":
+            counts[f"githost:pr:{entry['repo']}:{entry['branch']}"] += 1
+    return counts
+
+
+def _actions() -> list[Any]:
+    from pipeline.db import transaction
+
+    query = text("SELECT idempotency_key, service, state, attempts, resolution FROM actions")
+    with transaction() as session:
+        return list(session.execute(query))
+
+
+def _runs() -> list[Any]:
+    from pipeline.db import transaction
+
+    query = text(
+        "SELECT r.id, r.agent, r.status, r.stop_reason, r.error, r.waiting_on, r.batch_id,"
+        " r.idempotency_key,"
+        " r.wake_at > now() AS timer_ahead, a.state AS action_state"
+        " FROM runs r LEFT JOIN actions a"
+        "   ON r.waiting_on IN ('approval:' || a.idempotency_key, 'action:' || a.idempotency_key)"
+    )
+    with transaction() as session:
+        return list(session.execute(query))
+
+
+def _scan_worker_logs(cluster: Cluster) -> tuple[dict[str, int], int]:
+    stale = dict.fromkeys(STALE_WRITE_PATTERNS, 0)
+    refused = 0
+    for path in cluster.worker_logs():
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.startswith("["):
+                continue  # a traceback's lines repeat the message of the record above them
+            for name, pattern in STALE_WRITE_PATTERNS.items():
+                stale[name] += pattern in line
+            refused += DUPLICATE_MESSAGES_PATTERN in line
+    return stale, refused
+
+
+# -- the verdict ----------------------------------------------------------------------------
+
+
+def verify(
+    *,
+    config: ChaosConfig,
+    plan: list[Fault],
+    digest: str,
+    cluster: Cluster,
+    workload: Workload,
+    sampler: Sampler,
+    injector: Injector,
+    approvals: Approvals,
+    settled: float,
+) -> ChaosReport:
+    runs = {
+        row.id: row
+        for row in retrying(_runs)
+        if workload.owns(row.id, row.batch_id, row.idempotency_key)
+    }
+    statuses = Counter(str(row.status) for row in runs.values())
+    succeeded = {run for run, row in runs.items() if row.status == "succeeded"}
+    interrupted = sampler.interrupted & set(runs)
+    delivered = deliveries(cluster)
+    actions = retrying(_actions)
+    stale, refused = _scan_worker_logs(cluster)
+    resumes = [seconds for _, seconds in sampler.resumed]
+    report = ChaosReport(
+        seed=config.seed,
+        duration=config.duration,
+        workers=config.workers,
+        schedule=digest,
+        planned=len(plan),
+        faults=dict(Counter(r.fault.kind for r in injector.records if r.injected)),
+        skipped=dict(Counter(r.fault.kind for r in injector.records if not r.injected)),
+        runs=dict(statuses),
+        runs_by_agent=_by_agent(runs.values()),
+        resolved_by_person=workload.resolved_by_person,
+        completion_rate=len(succeeded) / len(runs) if runs else None,
+        interrupted=len(interrupted),
+        interrupted_completed=len(interrupted & succeeded),
+        resumption_rate=len(interrupted & succeeded) / len(interrupted) if interrupted else None,
+        resume_seconds=_summary(resumes),
+        resume_by_kind={
+            kind: _summary([s for k, s in sampler.resumed if k == kind])
+            for kind in KINDS
+            if kind in RESUMABLE
+        },
+        side_effects=sum(delivered.values()),
+        duplicates=sum(n - 1 for n in delivered.values() if n > 1),
+        duplicate_rate=(
+            sum(n - 1 for n in delivered.values() if n > 1) / sum(delivered.values())
+            if delivered
+            else None
+        ),
+        resends_absorbed=sum(1 for a in actions if a.attempts > 1),
+        stale_writes=stale,
+        duplicate_messages_refused=refused,
+        approvals={
+            "calls": approvals.calls,
+            "concurrent": approvals.concurrent,
+            "doubled": len(approvals.doubled()),
+            "errors": len(approvals.errors),
+        },
+        workers_replaced=cluster.replaced,
+        restarts=cluster.restarts,
+        settle_seconds=round(settled, 1),
+        logs=str(cluster.logs),
+        duplicate_keys=[f"{key} delivered {n} times" for key, n in delivered.items() if n > 1],
+        missing_effects=[
+            f"{a.service}:{a.idempotency_key} ({a.resolution or 'first send'})"
+            for a in actions
+            if a.state == "confirmed" and not delivered.get(_delivery_key(a))
+        ],
+        unexpected_exits=[
+            f"{d.name} at +{d.at}s (exit {d.code}): {d.reason}" for d in cluster.deaths
+        ],
+        exit_reasons=dict(Counter(d.reason for d in cluster.deaths).most_common()),
+        fault_notes=[f"{r.fault.describe()}: {r.note}" for r in injector.records if not r.injected]
+        + [f"harness: {error}" for error in workload.errors[:20]],
+    )
+    _classify(report, runs, sampler)
+    report.problems = _problems(report, workload, approvals)
+    return report
+
+
+def _by_agent(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
+    counts: dict[str, Counter[str]] = {}
+    for row in rows:
+        counts.setdefault(row.agent, Counter())[str(row.status)] += 1
+    return {agent: dict(statuses) for agent, statuses in counts.items()}
+
+
+def _delivery_key(action: Any) -> str:
+    return f"{action.service}:{action.idempotency_key}"
+
+
+def _classify(report: ChaosReport, runs: dict[Any, Any], sampler: Sampler) -> None:
+    """Every unfinished run is waiting legitimately (a timer ahead, an undecided approval, a
+    person), stuck (running, not finishing) or lost (waiting on something that will not come)."""
+    still = set(sampler.still(LEASE_SECONDS * 10))
+    for run_id, row in sorted(runs.items(), key=lambda item: str(item[0])):
+        status, what = str(row.status), f"{run_id} {row.agent}"
+        if status == "failed":
+            report.failed_runs.append(f"{what}: {row.stop_reason}: {(row.error or '')[:160]}")
+        elif status == "needs_attention":
+            report.waiting_for_person.append(f"{what} on {row.waiting_on}")
+        elif status == "running":
+            moving = "no progress" if run_id in still else "still moving"
+            report.stuck.append(f"{what}: running at the end ({moving})")
+        elif status == "waiting":
+            if row.timer_ahead or row.action_state == "pending_approval":
+                continue  # legitimately waiting: a timer not due yet, a decision not made
+            report.lost.append(f"{what}: waiting on {row.waiting_on} ({row.action_state})")
+
+
+def _problems(report: ChaosReport, workload: Workload, approvals: Approvals) -> list[str]:
+    problems = []
+    if report.duplicates:
+        problems.append(f"{report.duplicates} side effect(s) happened twice")
+    if report.missing_effects:
+        problems.append(f"{len(report.missing_effects)} confirmed effect(s) never delivered")
+    never_started = len(workload.unstarted)
+    if report.lost or never_started:
+        problems.append(f"{len(report.lost) + never_started} run(s) lost")
+    if report.stuck:
+        problems.append(f"{len(report.stuck)} run(s) stuck")
+    if approvals.doubled():
+        problems.append(f"{len(approvals.doubled())} approval(s) took effect twice")
+    return problems

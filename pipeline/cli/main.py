@@ -1,0 +1,280 @@
+"""The `nightshift` command: one entry point for operators and developers."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+
+from pipeline.cli.format import print_json, table
+from pipeline.errors import NightshiftError
+
+Handler = Callable[[argparse.Namespace], int]
+AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
+
+# Each module adds its verbs with `register(add: AddCommand)`.
+COMMAND_MODULES: tuple[str, ...] = (
+    "pipeline.cli.schedules",
+    "pipeline.cli.operate",
+    "pipeline.cli.batches",
+    "pipeline.cli.watch",
+    "pipeline.cli.chaos",
+)
+
+
+# -- services -------------------------------------------------------------------------------
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    import pipeline.embedded as embedded
+    from pipeline.settings import get_settings
+
+    settings = get_settings()
+    if args.action == "up":
+        if not settings.embedded:
+            print("NIGHTSHIFT_DATABASE_URL and NIGHTSHIFT_BROKER_URL are set: nothing to start.")
+            return 0
+        embedded.ensure_running(
+            settings.data_dir,
+            postgres=settings.database_url is None,
+            redis=settings.broker_url is None,
+        )
+    elif args.action == "down":
+        stopped = embedded.stop(settings.data_dir)
+        for info in stopped:
+            print(f"stopped {info.name} (pid {info.pid})")
+        if not stopped:
+            print("nothing was running")
+        return 0
+    infos = embedded.status(settings.data_dir)
+    if args.json:
+        print_json([info.__dict__ for info in infos])
+        return 0
+    rows = [
+        (i.name, "running" if i.running else "stopped", i.pid, i.url or "", i.data_path)
+        for i in infos
+    ]
+    print(f"data directory: {settings.data_dir}")
+    print(table(rows, ["service", "state", "pid", "url", "data"]))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from pipeline.migrate import current, upgrade
+
+    upgrade()
+    print(f"database schema at revision {current()}")
+    return 0
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def _exec_celery(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Replace this process with celery, so signals reach it directly."""
+    full = [sys.executable, "-m", "celery", "-A", "pipeline", *argv]
+    os.execvpe(full[0], full, {**os.environ, **(env or {})})
+    return 0  # pragma: no cover - exec does not return
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    argv = ["worker", "--hostname", args.name, "--loglevel", args.loglevel, *args.celery_args]
+    if args.concurrency:
+        argv += ["--concurrency", str(args.concurrency)]
+    return _exec_celery(argv)
+
+
+def cmd_beat(args: argparse.Namespace) -> int:
+    from pipeline.settings import get_settings
+
+    schedule_file = get_settings().data_dir / "celerybeat-schedule"
+    schedule_file.parent.mkdir(parents=True, exist_ok=True)
+    argv = ["beat", "--loglevel", args.loglevel, "--schedule", str(schedule_file)]
+    return _exec_celery([*argv, *args.celery_args])
+
+
+def cmd_flower(args: argparse.Namespace) -> int:
+    from pipeline.settings import get_settings
+
+    auth = get_settings().flower_basic_auth
+    if not auth and not args.no_auth:
+        raise NightshiftError(
+            "Flower would be open to anyone: set NIGHTSHIFT_FLOWER_BASIC_AUTH=user:password "
+            "or pass --no-auth explicitly"
+        )
+    # Through the environment, not argv, so the password does not show in `ps`.
+    env = {"FLOWER_BASIC_AUTH": auth} if auth else {}
+    return _exec_celery(["flower", f"--port={args.port}", *args.celery_args], env)
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from pipeline.runs.start import start_run
+
+    try:
+        run_input = json.loads(args.input)
+    except json.JSONDecodeError as exc:
+        raise NightshiftError(f"--input is not valid JSON: {exc}") from None
+    started = start_run(args.agent, run_input, args.key)
+    if args.json:
+        print_json({"run_id": str(started.run_id), "created": started.created})
+    elif started.created:
+        print(f"started run {started.run_id}")
+    else:
+        print(f"key {args.key!r} already started run {started.run_id}; nothing new started")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from pipeline.views.runs import list_runs
+
+    rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
+    if args.json:
+        print_json(rows)
+        return 0
+    lines = [
+        (r["id"], r["agent"], r["status"], r["step"], r["stop_reason"], r["updated_at"])
+        for r in rows
+    ]
+    print(table(lines, ["run", "agent", "status", "step", "reason", "updated"]))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from pipeline.views.runs import show_run
+
+    detail = show_run(_run_id(args.run))
+    if args.json:
+        print_json(detail)
+        return 0
+    run = detail["run"]
+    print(f"run {run['id']}  agent {run['agent']}  status {run['status']}  step {run['step']}")
+    print(
+        f"tokens in/out {run['input_tokens']}/{run['output_tokens']}  tool calls "
+        f"{run['tool_calls']}  attempts {run['attempt']}  reason {run['stop_reason'] or '-'}"
+    )
+    if run["error"]:
+        print(f"error: {run['error']}")
+    print("\ntimeline:")
+    for entry in detail["journal"]:
+        when = entry["created_at"][11:19]
+        print(f"  {when}  step {entry['step']:>3}  {entry['key']:<28} {entry['summary']}")
+    if detail["actions"]:
+        print("\nactions:")
+        for action in detail["actions"]:
+            key, state = action["idempotency_key"], action["state"]
+            print(f"  {key:<40} {state:<16} attempts {action['attempts']}")
+    return 0
+
+
+def _run_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise NightshiftError(f"{text!r} is not a run id (expected a UUID)") from None
+
+
+def cmd_tick(args: argparse.Namespace) -> int:
+    from pipeline.runs.tick import tick
+
+    report = tick()
+    print(f"resumed {len(report.resumed)} run(s), woke {len(report.woken)} run(s)")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.local.demo import run_demo
+
+    return run_demo()
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nightshift",
+        description="Durable AI-agent runs on Celery. With no NIGHTSHIFT_DATABASE_URL and "
+        "NIGHTSHIFT_BROKER_URL set, an embedded PostgreSQL and Redis are started in "
+        "NIGHTSHIFT_DATA_DIR.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help, description=help)
+        command.set_defaults(handler=handler)
+        return command
+
+    demo = add(
+        "demo", cmd_demo, "run the nightly report with real workers, kill one, watch it resume"
+    )
+    demo.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+
+    services = add(
+        "services", cmd_services, "start, stop or show the embedded PostgreSQL and Redis"
+    )
+    services.add_argument("action", choices=["up", "down", "status"])
+    services.add_argument("--json", action="store_true", help="machine-readable output")
+
+    add("migrate", cmd_migrate, "upgrade the database schema to the latest revision")
+
+    for name, handler, what in (
+        ("worker", cmd_worker, "run a Celery worker that executes agent steps"),
+        ("beat", cmd_beat, "run Celery beat: the clock for schedules and the tick"),
+    ):
+        command = add(name, handler, what)
+        command.add_argument("--loglevel", default="INFO")
+        if name == "worker":
+            command.add_argument("--concurrency", type=int, help="steps in flight per process")
+            command.add_argument("--name", default="worker@%h", help="node name (%%h: host)")
+        command.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to celery")
+
+    flower = add("flower", cmd_flower, "run Flower (basic auth from NIGHTSHIFT_FLOWER_BASIC_AUTH)")
+    flower.add_argument("--port", type=int, default=5555)
+    flower.add_argument("--no-auth", action="store_true", help="allow an open Flower (local only)")
+    flower.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to flower")
+
+    start = add("start", cmd_start, "start a run of AGENT with a JSON input")
+    start.add_argument("agent")
+    start.add_argument(
+        "--input", required=True, help='the run input as JSON, e.g. \'{"team": "ops"}\''
+    )
+    start.add_argument("--key", help="idempotency key: the same key never starts a second run")
+    start.add_argument("--json", action="store_true")
+
+    runs = add("runs", cmd_runs, "list runs, newest first")
+    runs.add_argument("--status")
+    runs.add_argument("--agent")
+    runs.add_argument("--batch")
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+
+    show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
+    show.add_argument("run", help="run id")
+    show.add_argument("--json", action="store_true")
+
+    add("tick", cmd_tick, "resume orphaned runs and wake due timers once (beat does this)")
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(add)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import logging
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("nightshift").setLevel(logging.INFO)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except NightshiftError as exc:
+        print(f"nightshift: {exc}", file=sys.stderr)
+        return 2

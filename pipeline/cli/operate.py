@@ -1,0 +1,216 @@
+"""CLI verbs for operating runs by hand: serve the API, metrics, cleanup, decisions, cancel."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from models import ActionState
+from pipeline.cli.format import print_json, table
+from pipeline.errors import NightshiftError
+
+if TYPE_CHECKING:
+    from pipeline.cli.main import AddCommand
+    from pipeline.runs.decisions import DecisionResult
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from pipeline.api.base import ApiConfig
+    from pipeline.api.server import create_app
+
+    app = create_app(ApiConfig.from_env(insecure_no_auth=args.insecure_no_auth))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from pipeline.views.metrics import as_json, collect, families
+
+    metrics = collect()
+    if args.json:
+        print_json(as_json(metrics))
+        return 0
+    rows = []
+    for family in families(metrics):
+        for labels, value in family.samples:
+            shown = "-" if value is None else f"{value:.4g}" if isinstance(value, float) else value
+            rows.append((family.name, ",".join(f"{k}={v}" for k, v in labels.items()), shown))
+    print(table(rows, ["metric", "labels", "value"]))
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from pipeline.runs.retention import cleanup
+
+    if args.older_than is not None and args.older_than < 1:
+        raise NightshiftError(f"--older-than must be at least 1 day (got {args.older_than:g})")
+    age = None if args.older_than is None else timedelta(days=args.older_than)
+    report = cleanup(age, dry_run=args.dry_run)
+    if args.json:
+        print_json(
+            {
+                "cutoff": report.cutoff,
+                "dry_run": report.dry_run,
+                "compacted": [c.__dict__ for c in report.compacted],
+                "kept": [k.__dict__ for k in report.kept],
+                "left_in_place": report.left_in_place,
+            }
+        )
+        return 0
+    verb = "would compact" if args.dry_run else "compacted"
+    print(f"{verb} {len(report.compacted)} run(s) finished before {report.cutoff:%Y-%m-%d %H:%M}")
+    if report.compacted:
+        rows = [
+            (c.run_id, c.agent, c.status, f"{c.finished_at:%Y-%m-%d}", c.journal_entries,
+             _kib(c.journal_bytes), c.artifact_files, _kib(c.artifact_bytes))
+            for c in report.compacted
+        ]  # fmt: skip
+        headers = ["run", "agent", "status", "finished", "journal", "KiB", "files", "KiB"]
+        print(table(rows, headers))
+    if report.kept:
+        print(f"\nkept whole, with open obligations: {len(report.kept)} run(s)")
+        print(table([(k.run_id, k.agent, k.status, k.reason) for k in report.kept],
+                    ["run", "agent", "status", "open"]))  # fmt: skip
+    for path in report.left_in_place:
+        print(f"left in place (outside the artifact directory): {path}")
+    return 0
+
+
+def _kib(size: int) -> str:
+    return f"{size / 1024:.1f}"
+
+
+def cmd_actions_list(args: argparse.Namespace) -> int:
+    from pipeline.runs.decisions import list_actions
+
+    actions = list_actions(state=args.state, limit=args.limit)
+    if args.json:
+        print_json(actions)
+        return 0
+    rows = [
+        (a["idempotency_key"], a["tool"], a["state"], a["attempts"], a["decision"] or "",
+         a["decided_by"] or "", a["run_id"])
+        for a in actions
+    ]  # fmt: skip
+    print(table(rows, ["action", "tool", "state", "attempts", "decision", "by", "run"]))
+    return 0
+
+
+def cmd_actions_resolve(args: argparse.Namespace) -> int:
+    from pipeline.runs.decisions import Decision
+
+    verdict = Decision.HAPPENED if args.happened else Decision.DID_NOT_HAPPEN
+    return _decide(args.key, verdict, args.by, args.note)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _decide(args.key, "approve", args.by, args.note)
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    return _decide(args.key, "reject", args.by, args.note)
+
+
+def _decide(key: str, decision: str, by: str, note: str | None) -> int:
+    from pipeline.runs.decisions import decide
+
+    result = decide(key, decision, by, note)
+    print(_decided(result))
+    return 0
+
+
+def _decided(result: DecisionResult) -> str:
+    what = f"action {result.action_key}: {result.decision} by {result.decided_by}"
+    if not result.first:
+        return f"{what} was already recorded; nothing changed (state {result.state})"
+    return f"{what} recorded; state {result.state}, run {result.run_id} continues"
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from pipeline.cli.main import _run_id
+    from pipeline.runs.cancel import cancel_run
+
+    run_id: uuid.UUID = _run_id(args.run)
+    result = cancel_run(run_id, by=args.by)
+    if result.status.is_terminal():
+        print(f"run {run_id} is {result.status}")
+    else:
+        print(f"run {run_id}: cancel requested; it stops at its next step ({result.status} now)")
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    api = add("api", cmd_api, "serve the HTTP API and the status page with uvicorn")
+    api.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--log-level", default="info")
+    api.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without NIGHTSHIFT_API_TOKEN: anyone who can connect may start, cancel "
+        "and approve (trusted machines only)",
+    )
+
+    metrics = add("metrics", cmd_metrics, "reliability and usage metrics from the database")
+    metrics.add_argument("--json", action="store_true")
+
+    cleanup = add(
+        "cleanup", cmd_cleanup, "compact old finished runs (never those with open obligations)"
+    )
+    cleanup.add_argument("--dry-run", action="store_true", help="only say what would go")
+    cleanup.add_argument(
+        "--older-than", type=float, metavar="DAYS", help="default NIGHTSHIFT_RETENTION_DAYS or 30"
+    )
+    cleanup.add_argument("--json", action="store_true")
+
+    actions = add("actions", _usage, "list side effects, or resolve one whose outcome is unknown")
+    verbs = actions.add_subparsers(dest="actions_command", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="actions, newest first")
+    listing.set_defaults(handler=cmd_actions_list)
+    listing.add_argument("--state", choices=[s.value for s in ActionState])
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true")
+    resolve = verbs.add_parser(
+        "resolve", help="say whether an action with an unknown outcome happened"
+    )
+    resolve.set_defaults(handler=cmd_actions_resolve)
+    resolve.add_argument("key", help="the action's idempotency key")
+    verdict = resolve.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--happened", action="store_true", help="it happened: do not resend")
+    verdict.add_argument(
+        "--did-not-happen", action="store_true", help="it did not happen: send it (once)"
+    )
+    _by_and_note(resolve)
+
+    for name, handler, what in (
+        ("approve", cmd_approve, "approve an action waiting for approval"),
+        ("reject", cmd_reject, "reject an action waiting for approval"),
+    ):
+        command = add(name, handler, what)
+        command.add_argument("key", help="the action's idempotency key")
+        _by_and_note(command)
+
+    cancel = add("cancel", cmd_cancel, "cancel a run (a waiting run now, a running one next step)")
+    cancel.add_argument("run", help="run id")
+    cancel.add_argument("--by", default=_me(), help="who cancels (default: your user name)")
+
+
+def _by_and_note(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--by", default=_me(), help="who decides (default: your user name)")
+    command.add_argument("--note", help="why, in a few words")
+
+
+def _me() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _usage(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires a verb
+    raise NightshiftError("actions needs a verb: list or resolve")

@@ -1,0 +1,188 @@
+"""Record and replay: every model reply and tool result is journaled before it is acted on."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from models import JournalEntry
+from pipeline.agent import Agent, Block, Message
+from pipeline.errors import NonDeterminism
+from pipeline.keys import model_key, note_key, tool_key
+
+MODEL_STEP = "ask_model"
+NOTE_STEP = "note"
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    step: int
+    step_name: str
+    payload: dict[str, Any]
+
+
+class _SeenEntries:
+    """Per process: the journal entries already read, by run, so a long run's step reads only
+    what is new. Safe because a run's entries are only appended, one fenced transaction at a
+    time (so their ids grow in commit order)."""
+
+    def __init__(self, runs: int = 256) -> None:
+        self._runs = runs
+        self._seen: OrderedDict[uuid.UUID, tuple[int, list[Entry]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: uuid.UUID) -> tuple[int, list[Entry]]:
+        with self._lock:
+            seen = self._seen.get(run_id)
+            if seen is None:
+                return 0, []
+            self._seen.move_to_end(run_id)
+            return seen[0], list(seen[1])
+
+    def put(self, run_id: uuid.UUID, last_id: int, entries: list[Entry]) -> None:
+        with self._lock:
+            self._seen[run_id] = (last_id, entries)
+            self._seen.move_to_end(run_id)
+            while len(self._seen) > self._runs:
+                self._seen.popitem(last=False)
+
+
+_CACHE = _SeenEntries()
+
+
+class _Conversations:
+    """Per process: the conversation of each run as built up to some step."""
+
+    def __init__(self, runs: int = 256) -> None:
+        self._runs = runs
+        self._built: OrderedDict[uuid.UUID, tuple[int, list[Message]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, run_id: uuid.UUID, before_step: int) -> tuple[int, list[Message]]:
+        """The longest conversation built that does not go past `before_step`."""
+        with self._lock:
+            built = self._built.get(run_id)
+            if built is None or built[0] > before_step:
+                return 0, []
+            return built[0], list(built[1])
+
+    def put(self, run_id: uuid.UUID, until: int, messages: list[Message]) -> None:
+        with self._lock:
+            self._built[run_id] = (until, list(messages))
+            self._built.move_to_end(run_id)
+            while len(self._built) > self._runs:
+                self._built.popitem(last=False)
+
+
+_CONVERSATIONS = _Conversations()
+
+
+class Journal:
+    """A run's journal as loaded at the start of a step, plus what this step adds."""
+
+    def __init__(self, run_id: uuid.UUID, entries: list[Entry]) -> None:
+        self.run_id = run_id
+        self.entries = entries
+        self._by_key = {e.key: e for e in entries}
+
+    @classmethod
+    def load_txn(cls, session: Session, run_id: uuid.UUID) -> Journal:
+        """The run's journal; only entries this process has not seen yet are read."""
+        last_id, known = _CACHE.get(run_id)
+        rows = session.execute(
+            select(
+                JournalEntry.id,
+                JournalEntry.key,
+                JournalEntry.step,
+                JournalEntry.step_name,
+                JournalEntry.payload,
+            )
+            .where(JournalEntry.run_id == run_id, JournalEntry.id > last_id)
+            .order_by(JournalEntry.id)
+        ).all()
+        entries = known + [Entry(r.key, r.step, r.step_name, r.payload) for r in rows]
+        if rows:
+            _CACHE.put(run_id, rows[-1].id, entries)
+        return cls(run_id, list(entries))
+
+    def replay(self, key: str, step_name: str) -> dict[str, Any] | None:
+        """The journaled payload for `key` or None; another step name means the code changed."""
+        entry = self._by_key.get(key)
+        if entry is None:
+            return None
+        if entry.step_name != step_name:
+            raise NonDeterminism(
+                f"run {self.run_id}: journal entry {key!r} was written by step {entry.step_name!r} "
+                f"but the code now asks for {step_name!r}; the agent changed under a running run"
+            )
+        return entry.payload
+
+    def append_txn(
+        self, session: Session, key: str, step: int, step_name: str, payload: dict[str, Any]
+    ) -> None:
+        """Insert inside the caller's fenced transaction; remembered once that commits."""
+        session.execute(
+            insert(JournalEntry).values(
+                run_id=self.run_id, key=key, step=step, step_name=step_name, payload=payload
+            )
+        )
+        entry = Entry(key, step, step_name, payload)
+        self.entries.append(entry)
+        self._by_key[key] = entry
+
+    def messages(
+        self, agent: Agent, run_input: dict[str, Any], before_step: int, *, remember: bool = True
+    ) -> list[Message]:
+        """Rebuild the conversation from the journal instead of storing it again each step.
+
+        Checkpointed steps never change, so the conversation up to a step this process built
+        before is reused and only the newer steps are added. `remember=False` when
+        `before_step` includes the step still being worked on.
+        """
+        built_until, messages = _CONVERSATIONS.get(self.run_id, before_step)
+        if not messages:
+            messages = [agent.first_message(run_input)]
+        for step in range(built_until, before_step):
+            reply = self._by_key.get(model_key(step))
+            if reply is None:
+                continue
+            content = reply.payload["content"]
+            messages.append({"role": "assistant", "content": content})
+            user = self._results_for(content) + self._note_for(step)
+            if user:
+                messages.append({"role": "user", "content": user})
+        if remember:
+            _CONVERSATIONS.put(self.run_id, before_step, messages)
+        return list(messages)
+
+    def _results_for(self, content: list[Block]) -> list[Block]:
+        blocks = []
+        for block in content:
+            if block["type"] != "tool_use":
+                continue
+            entry = self._by_key.get(tool_key(block["id"]))
+            if entry is not None:
+                blocks.append(tool_result_block(entry.payload))
+        return blocks
+
+    def _note_for(self, step: int) -> list[Block]:
+        entry = self._by_key.get(note_key(step))
+        return [{"type": "text", "text": entry.payload["text"]}] if entry else []
+
+
+def tool_result_block(payload: dict[str, Any]) -> Block:
+    block: Block = {
+        "type": "tool_result",
+        "tool_use_id": payload["tool_use_id"],
+        "content": payload["content"],
+    }
+    if payload.get("is_error"):
+        block["is_error"] = True
+    return block

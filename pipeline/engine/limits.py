@@ -1,0 +1,86 @@
+"""What stops a run before its next model or tool call: cancellation, the deadline, the batch's
+budget, the run's own tool-call and token limits. A stop that trips a budget raises one alert."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from models import BatchStatus, Run
+from pipeline.agent import Agent
+from pipeline.db import transaction
+from pipeline.engine import budgets
+from pipeline.errors import RunStopped
+from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the stop checks read, as of one transaction."""
+
+    cancel_requested: bool
+    cancelled_by: str | None
+    past_deadline: bool
+    spend: budgets.Spend
+
+
+def limits_txn(session: Session, run_id: uuid.UUID) -> Limits:
+    row = session.execute(
+        select(Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()).where(
+            Run.id == run_id
+        )
+    ).one()
+    return Limits(row[0], row[1], bool(row[2]), budgets.spend_txn(session, run_id))
+
+
+def stop_for(
+    limits: Limits,
+    agent: Agent | None,
+    settings: Settings,
+    calls_in_step: int,
+    before_tool: bool,
+) -> RunStopped | None:
+    """The first reason this run must stop before its next call, if any."""
+    spend = limits.spend
+    if limits.cancel_requested:
+        return RunStopped("cancelled", f"cancelled by {limits.cancelled_by}")
+    if limits.past_deadline:
+        return RunStopped("deadline", "the run's deadline passed")
+    if spend.batch_status is BatchStatus.STOPPED:
+        reason = spend.batch_stop_reason or "budget"
+        return RunStopped(reason, f"batch {spend.batch_id} was stopped ({reason})")
+    over = budgets.batch_over_budget(spend, settings)
+    if over is not None:
+        return RunStopped("budget", over)
+    if agent is None:
+        return None
+    calls = spend.tool_calls + calls_in_step
+    if before_tool and agent.max_tool_calls is not None and calls >= agent.max_tool_calls:
+        return RunStopped(
+            "max_tool_calls", f"{calls} tool calls; the limit is {agent.max_tool_calls}"
+        )
+    if agent.max_run_tokens is not None and spend.tokens >= agent.max_run_tokens:
+        return RunStopped(
+            "max_tokens", f"{spend.tokens} tokens; the limit is {agent.max_run_tokens}"
+        )
+    return None
+
+
+def alert_for(
+    stop: RunStopped, spend: budgets.Spend, run_id: uuid.UUID, settings: Settings
+) -> None:
+    """Record (once) what a budget stop means: the batch stops, or the run's limit alert."""
+    alert = None
+    with transaction() as session:
+        if stop.reason == "budget" and spend.batch_status is BatchStatus.RUNNING:
+            assert spend.batch_id is not None
+            alert = budgets.stop_batch_txn(session, spend.batch_id, "budget", str(stop))
+        elif stop.reason.startswith("max_"):
+            alert = budgets.raise_alert_txn(
+                session, f"budget_{stop.reason}", f"run:{run_id}", str(stop)
+            )
+    if alert is not None:
+        budgets.notify(alert, settings)

@@ -1,0 +1,356 @@
+"""One durable step: claim -> limits -> model (journaled) -> tools (journaled) -> checkpoint.
+
+Whatever a step makes runnable (its own next step, a batch's synthesis) is sent once the
+transaction that made it so has committed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import DateTime, case, cast, func, literal, select, update
+from sqlalchemy.orm import Session
+
+from models import Run, RunStatus
+from pipeline.agent import Agent, Conversation
+from pipeline.app import send_step_after_commit
+from pipeline.crash import crash_point
+from pipeline.db import after_commit, transaction
+from pipeline.engine import journal as jr
+from pipeline.engine.actions import ParkRun
+from pipeline.engine.leases import (
+    RELEASED,
+    Heartbeat,
+    Lease,
+    claim_from_dead_txn,
+    claim_txn,
+    fenced,
+)
+from pipeline.engine.limits import Limits, alert_for, limits_txn, stop_for
+from pipeline.engine.llm import Model, Reply, model_for
+from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
+from pipeline.errors import (
+    LeaseLost,
+    NonDeterminism,
+    PermanentError,
+    RunStopped,
+    TemporaryError,
+    UnknownAgent,
+)
+from pipeline.keys import model_key, note_key
+from pipeline.logs import get_logger, step_context
+from pipeline.registry import get_agent
+from pipeline.retry import RetryPolicy, call_with_retries
+from pipeline.runs import fanout
+from pipeline.runs.waits import is_settled_txn
+from pipeline.settings import Settings, get_settings
+
+log = get_logger("nightshift.engine")
+
+MODEL_RETRY = RetryPolicy(attempts=6, base_seconds=0.5, cap_seconds=15.0)
+SUCCESS_CHECK_NOTE = (
+    "The success check failed: the task is not finished yet. Keep going and complete it."
+)
+
+
+class Outcome(StrEnum):
+    SKIPPED = "skipped"
+    """Another worker holds the run, or it is not runnable: a normal duplicate delivery."""
+    CONTINUE = "continue"
+    """A step was checkpointed; its next step was sent."""
+    STOPPED = "stopped"
+    """The run reached a terminal or waiting status."""
+    LEASE_LOST = "lease_lost"
+    UNKNOWN_AGENT = "unknown_agent"
+    """This process has no agent of that name: the step was left for a worker that has it."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    outcome: Outcome
+    run_id: uuid.UUID
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """The run as this step found it after claiming."""
+
+    id: uuid.UUID
+    agent: str
+    input: dict[str, Any]
+    step: int
+    max_steps: int
+    state: dict[str, Any]
+    batch_id: str | None
+
+
+def execute_step(
+    run_id: uuid.UUID,
+    owner: str,
+    settings: Settings | None = None,
+    *,
+    leave_unknown_agent: bool = False,
+) -> StepResult:
+    """One step of the run, if this process can claim it.
+
+    An agent this process does not know fails the run, unless `leave_unknown_agent`: then the
+    lease is given up untouched and the caller hands the step to another worker.
+    """
+    settings = settings or get_settings()
+    with transaction() as session:  # claim and load in one round of the database
+        lease = claim_txn(session, run_id, owner, settings.lease_seconds) or claim_from_dead_txn(
+            session, run_id, owner, settings.lease_seconds
+        )
+        loaded = _load_txn(session, run_id) if lease is not None else None
+    if lease is None or loaded is None:
+        log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
+        return StepResult(Outcome.SKIPPED, run_id)
+    with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
+        try:
+            runner = StepRunner(lease, heartbeat, settings, loaded)
+            return runner.run(leave_unknown_agent=leave_unknown_agent)
+        except LeaseLost as exc:
+            log.warning("run %s: %s; stopping without writing", run_id, exc)
+            return StepResult(Outcome.LEASE_LOST, run_id)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    run: RunSnapshot
+    journal: jr.Journal
+    limits: Limits
+
+
+def _load_txn(session: Session, run_id: uuid.UUID) -> Loaded:
+    row = session.execute(
+        select(
+            Run.id, Run.agent, Run.input, Run.step, Run.max_steps, Run.state, Run.batch_id
+        ).where(Run.id == run_id)
+    ).one()
+    snapshot = RunSnapshot(
+        id=row.id,
+        agent=row.agent,
+        input=row.input,
+        step=row.step,
+        max_steps=row.max_steps,
+        state=row.state,
+        batch_id=row.batch_id,
+    )
+    return Loaded(snapshot, jr.Journal.load_txn(session, run_id), limits_txn(session, run_id))
+
+
+class StepRunner:
+    def __init__(
+        self, lease: Lease, heartbeat: Heartbeat, settings: Settings, loaded: Loaded
+    ) -> None:
+        self.lease = lease
+        self.heartbeat = heartbeat
+        self.settings = settings
+        self.loaded = loaded
+        self._limits: Limits | None = loaded.limits
+        """Limits read in the transaction that just committed: the next check uses them."""
+        self.model: Model = model_for(settings)
+        self.agent: Agent | None = None
+        self.calls_in_step = 0
+
+    def run(self, *, leave_unknown_agent: bool = False) -> StepResult:
+        run, journal = self.loaded.run, self.loaded.journal
+        with step_context(run.id, run.agent, run.step, self.lease.owner):
+            try:
+                agent = self.agent = get_agent(run.agent)
+            except UnknownAgent as exc:
+                return self._unknown_agent(run, exc, leave=leave_unknown_agent)
+            return self._run(run, agent, journal)
+
+    def _run(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
+        if run.step >= run.max_steps:
+            return self._finish(run, RunStatus.FAILED, "max_steps", error="stopped: max_steps")
+        log.info("working (fence %d)", self.lease.fence)
+        try:
+            return self._step(run, agent, journal)
+        except ParkRun as park:
+            return self._park(run, park)
+        except RunStopped as stopped:
+            status = RunStatus.CANCELLED if stopped.reason == "cancelled" else RunStatus.FAILED
+            return self._finish(run, status, stopped.reason, error=str(stopped))
+        except NonDeterminism as exc:
+            return self._finish(run, RunStatus.FAILED, "non_determinism", error=str(exc))
+        except PermanentError as exc:
+            return self._finish(
+                run, RunStatus.FAILED, "model_error", error=f"model call failed: {exc}"
+            )
+        except TemporaryError as exc:
+            return self._finish(
+                run,
+                RunStatus.FAILED,
+                "model_unavailable",
+                error=f"model unavailable after {MODEL_RETRY.attempts} attempts: {exc}",
+            )
+
+    def _unknown_agent(self, run: RunSnapshot, exc: UnknownAgent, *, leave: bool) -> StepResult:
+        if not leave:
+            error = f"unknown agent on this worker ({self.lease.owner}): {exc}"
+            return self._finish(run, RunStatus.FAILED, "unknown_agent", error=error)
+        with fenced(self.lease) as session:
+            session.execute(update(Run).where(Run.id == run.id).values(**RELEASED))
+        log.warning(
+            "agent %r is not registered here; leaving the step to another worker", run.agent
+        )
+        return StepResult(Outcome.UNKNOWN_AGENT, run.id, detail=str(exc))
+
+    def _keep_going(self, before_tool: bool = False) -> None:
+        """Before every model and tool call: stop if the lease is gone, the run was cancelled,
+        passed its deadline or a budget. Raises BaseException subclasses, past any
+        `except Exception` in an agent or a tool."""
+        self.heartbeat.check()
+        limits, self._limits = self._limits, None
+        if limits is None:
+            with transaction() as session:
+                limits = limits_txn(session, self.lease.run_id)
+        stop = stop_for(limits, self.agent, self.settings, self.calls_in_step, before_tool)
+        if stop is None:
+            return
+        alert_for(stop, limits.spend, self.lease.run_id, self.settings)
+        raise stop
+
+    def _step(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
+        messages = journal.messages(agent, run.input, before_step=run.step)
+        reply = self._model_reply(run, agent, journal, messages)
+        uses = [b for b in reply["content"] if b["type"] == "tool_use"]
+        calls = [ToolCall(self.lease, run.id, run.agent, run.step, run.input, b) for b in uses]
+        record_proposals(calls, agent, journal, self.settings)
+        for call in calls:
+            self._keep_going(before_tool=True)
+            self.calls_in_step += 1
+            run_tool_call(call, agent, journal, self.settings, self._keep_going)
+        if uses:
+            return self._checkpoint(run, reply, tool_calls=len(uses))
+        messages = journal.messages(agent, run.input, before_step=run.step + 1, remember=False)
+        conversation = Conversation(input=run.input, messages=messages, state=run.state)
+        if agent.check_success is not None and not agent.check_success(conversation):
+            with fenced(self.lease) as session:
+                note = {"text": SUCCESS_CHECK_NOTE}
+                journal.append_txn(session, note_key(run.step), run.step, jr.NOTE_STEP, note)
+            log.info("success check failed; continuing")
+            return self._checkpoint(run, reply, tool_calls=0)
+        result = {"text": conversation.last_text(), "state": run.state}
+        return self._finish(run, RunStatus.SUCCEEDED, "completed", result=result, reply=reply)
+
+    def _model_reply(
+        self, run: RunSnapshot, agent: Agent, journal: jr.Journal, messages: list[dict[str, Any]]
+    ) -> Reply:
+        key = model_key(run.step)
+        journaled = journal.replay(key, jr.MODEL_STEP)
+        if journaled is not None:
+            log.info("model reply replayed from the journal")
+            return journaled
+        self._keep_going()
+        reply = call_with_retries(
+            lambda: self.model.reply(agent, messages),
+            MODEL_RETRY,
+            before_retry=self.heartbeat.check,
+        )
+        with fenced(self.lease) as session:
+            journal.append_txn(session, key, run.step, jr.MODEL_STEP, reply)
+            self._limits = limits_txn(session, run.id)  # for the check before the first tool
+        crash_point("after_model_journaled")
+        return reply
+
+    def _checkpoint(self, run: RunSnapshot, reply: Reply, tool_calls: int) -> StepResult:
+        """Commit the step, give up the lease and send the next step once that committed."""
+        crash_point("before_checkpoint")
+        usage = reply.get("usage") or {}
+        with fenced(self.lease) as session:
+            session.execute(
+                update(Run)
+                .where(Run.id == run.id)
+                .values(
+                    step=Run.step + 1,
+                    tool_calls=Run.tool_calls + tool_calls,
+                    input_tokens=Run.input_tokens + int(usage.get("input_tokens", 0)),
+                    output_tokens=Run.output_tokens + int(usage.get("output_tokens", 0)),
+                    **RELEASED,
+                )
+            )
+            after_commit(session, lambda: crash_point("after_checkpoint_before_enqueue"))
+            self._send_next(session, run, run.step + 1)
+        log.info("checkpointed")
+        return StepResult(Outcome.CONTINUE, run.id)
+
+    def _send_next(self, session: Session, run: RunSnapshot, step: int) -> None:
+        send_step_after_commit(session, run.id, agent=run.agent, step=step, batch=run.batch_id)
+
+    def _park(self, run: RunSnapshot, park: ParkRun) -> StepResult:
+        """Leave the run waiting with no lease and no message; this step is replayed later."""
+        with fenced(self.lease) as session:
+            # After the fence guard locked the run row: a decision that commits later has its
+            # wake wait for that lock and then find the run parked, so one of the two moves it.
+            if is_settled_txn(session, park.waiting_on):
+                # Decided after this step recorded the action and before this park; its wake
+                # found the run still running. Replay the step instead of waiting.
+                session.execute(update(Run).where(Run.id == run.id).values(**RELEASED))
+                self._send_next(session, run, run.step)
+                log.info("%s was decided before the run parked; replaying", park.waiting_on)
+                return StepResult(Outcome.CONTINUE, run.id)
+            session.execute(
+                update(Run)
+                .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
+                .values(
+                    # A cancel that arrived during this step wins over waiting.
+                    status=case(
+                        (Run.cancel_requested, RunStatus.CANCELLED.value), else_=park.status.value
+                    ),
+                    stop_reason=case((Run.cancel_requested, "cancelled"), else_=None),
+                    finished_at=case((Run.cancel_requested, func.now()), else_=None),
+                    waiting_on=park.waiting_on,
+                    wake_at=case(
+                        (Run.cancel_requested, None),
+                        else_=cast(literal(park.wake_at), DateTime(timezone=True)),
+                    ),
+                    **RELEASED,
+                )
+            )
+        log.info("parked: %s on %s", park.status, park.waiting_on)
+        return StepResult(Outcome.STOPPED, run.id)
+
+    def _finish(
+        self,
+        run: RunSnapshot,
+        status: RunStatus,
+        reason: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        reply: Reply | None = None,
+    ) -> StepResult:
+        usage = (reply or {}).get("usage") or {}
+        steps_done = 1 if reply is not None else 0
+        with fenced(self.lease) as session:
+            changed = session.execute(
+                update(Run)
+                .where(Run.id == run.id, Run.status.in_(RunStatus.sources_of(status)))
+                .values(
+                    status=status,
+                    stop_reason=reason,
+                    result=result,
+                    error=error,
+                    step=Run.step + steps_done,
+                    input_tokens=Run.input_tokens + int(usage.get("input_tokens", 0)),
+                    output_tokens=Run.output_tokens + int(usage.get("output_tokens", 0)),
+                    finished_at=func.now() if status.is_terminal() else None,
+                    **RELEASED,
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if changed and status.is_terminal():
+                # The batch join, and the batch's own end, in the finish's transaction.
+                fanout.synthesis_finished_txn(session, run.id, status)
+                if run.batch_id:
+                    fanout.child_finished_txn(session, run.batch_id)
+        log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
+        if not changed:
+            log.warning("the status changed under this step; %s not recorded", status)
+        return StepResult(Outcome.STOPPED, run.id)

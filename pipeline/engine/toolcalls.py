@@ -1,0 +1,154 @@
+"""Running one tool call through the journal: validate, execute (or replay), record."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+from pipeline.agent import Agent, Block
+from pipeline.crash import crash_point
+from pipeline.engine import artifacts
+from pipeline.engine import journal as jr
+from pipeline.engine.leases import Lease, fenced
+from pipeline.engine.timers import await_timer
+from pipeline.errors import PermanentError, TemporaryError
+from pipeline.logs import get_logger
+from pipeline.retry import RetryPolicy, call_with_retries
+from pipeline.settings import Settings
+from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
+
+log = get_logger("nightshift.tools")
+
+TOOL_RETRY = RetryPolicy(attempts=4, base_seconds=0.5, cap_seconds=8.0)
+
+# Merge into state.artifacts without rewriting the rest of the run's state.
+_ADD_ARTIFACT_REF = text(
+    """
+    UPDATE runs
+       SET state = jsonb_set(state, '{artifacts}',
+                             coalesce(state->'artifacts', '{}'::jsonb) || CAST(:ref AS jsonb))
+     WHERE id = :run_id
+    """
+)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    lease: Lease
+    run_id: uuid.UUID
+    agent: str
+    step: int
+    run_input: dict[str, Any]
+    block: Block
+    """The model's tool_use block: id, name, input."""
+
+    @property
+    def key(self) -> str:
+        return jr.tool_key(self.block["id"])
+
+
+def run_tool_call(
+    call: ToolCall,
+    agent: Agent,
+    journal: jr.Journal,
+    settings: Settings,
+    keep_going: Callable[[], None],
+) -> dict[str, Any]:
+    """The journaled result payload of this tool call, executing it only if not journaled yet."""
+    name = call.block["name"]
+    journaled = journal.replay(call.key, name)
+    if journaled is not None:
+        log.info("%s replayed from the journal", name)
+        return journaled
+    tool = agent.tool(name)
+    if tool is None:
+        return _record(call, journal, settings, error=f"unknown tool {name!r}")
+    problems = tool.argument_errors(call.block.get("input"))
+    if problems:
+        return _record(call, journal, settings, error="invalid arguments: " + "; ".join(problems))
+    if tool.wake_time is not None:
+        await_timer(tool, call.block, call.lease, call.step, journal)
+    context = ToolContext(
+        call.run_id, call.agent, call.block["id"], settings, call.run_input, keep_going=keep_going
+    )
+    try:
+        output = _execute(tool, call, context)
+    except (PermanentError, TemporaryError) as exc:
+        log.warning("tool %s failed: %s", name, exc)
+        return _record(call, journal, settings, error=f"{name} failed: {exc}")
+    return _record(call, journal, settings, output=output)
+
+
+def record_proposals(
+    calls: list[ToolCall], agent: Agent, journal: jr.Journal, settings: Settings
+) -> None:
+    """Before any call of a reply runs: record each approval-requiring one as pending, so the
+    run that parks on the first still shows the approver all of them."""
+    from pipeline.engine.actions import record_proposal
+
+    for call in calls:
+        tool = agent.tool(call.block["name"])
+        if tool is None or not tool.requires_approval or tool.side_effect is None:
+            continue
+        if journal.replay(call.key, tool.name) is not None:
+            continue
+        if tool.argument_errors(call.block.get("input")):
+            continue
+        context = ToolContext(call.run_id, call.agent, call.block["id"], settings, call.run_input)
+        record_proposal(tool, call, context)
+
+
+def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
+    if tool.has_side_effects:
+        from pipeline.engine.actions import perform
+
+        return perform(tool, call, context)
+    return call_with_retries(
+        lambda: tool.fn(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going
+    )
+
+
+def _record(
+    call: ToolCall,
+    journal: jr.Journal,
+    settings: Settings,
+    *,
+    output: ToolOutput | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """Journal the result (an artifact if large) and count the tool call, in one fenced write."""
+    artifact: tuple[dict[str, Any], str] | None = None
+    if error is not None:
+        content = error
+    elif isinstance(output, ArtifactRequest):
+        ref = artifacts.write_file(settings.artifact_dir, call.run_id, output.name, output.content)
+        artifact = (ref, output.media_type)
+        content = json.dumps({"artifact": ref})
+    else:
+        content = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
+        if len(content.encode()) > settings.artifact_threshold_bytes:
+            name = call.block["name"]
+            ref = artifacts.write_file(settings.artifact_dir, call.run_id, name, content)
+            artifact = (ref, "application/json")
+            content = artifacts.preview(content, ref)
+    payload = {
+        "tool_use_id": call.block["id"],
+        "name": call.block["name"],
+        "content": content,
+        "is_error": error is not None,
+    }
+    with fenced(call.lease) as session:
+        journal.append_txn(session, call.key, call.step, call.block["name"], payload)
+        if artifact is not None:
+            ref, media_type = artifact
+            artifacts.record_txn(session, call.run_id, ref, media_type)
+            session.execute(
+                _ADD_ARTIFACT_REF, {"run_id": call.run_id, "ref": json.dumps({ref["name"]: ref})}
+            )
+    crash_point("after_tool_journaled")
+    return payload

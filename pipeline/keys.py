@@ -1,0 +1,135 @@
+"""Every key and `waiting_on` format nightshift writes, built and parsed here and nowhere else.
+
+Journal keys: `model:<step>`, `tool:<tool_use_id>`, `note:<step>`, `timer:<tool_use_id>`.
+Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
+what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing).
+Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
+`<batch>:synthesis`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pipeline.errors import InvalidInput
+
+MAX_KEY_LENGTH = 200
+
+
+def check_key(key: object, what: str = "idempotency key") -> str:
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(
+            f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} characters "
+            f"(got {type(key).__name__} {str(key)[:40]!r})"
+        )
+    return key
+
+
+# -- the journal -----------------------------------------------------------------------------
+
+
+class EntryKind(StrEnum):
+    MODEL = "model"
+    TOOL = "tool"
+    NOTE = "note"
+    TIMER = "timer"
+
+
+def entry_kind(key: str) -> EntryKind | None:
+    """What a journal key records (None for a key of some other format)."""
+    try:
+        return EntryKind(key.partition(":")[0])
+    except ValueError:
+        return None
+
+
+def model_key(step: int) -> str:
+    return f"model:{step}"
+
+
+def tool_key(tool_use_id: str) -> str:
+    return f"tool:{tool_use_id}"
+
+
+def note_key(step: int) -> str:
+    return f"note:{step}"
+
+
+def timer_key(tool_use_id: str) -> str:
+    return f"timer:{tool_use_id}"
+
+
+# -- waits -----------------------------------------------------------------------------------
+
+
+class WaitKind(StrEnum):
+    APPROVAL = "approval"
+    """A person approves or rejects a pending action."""
+    ACTION = "action"
+    """A person says whether an action whose outcome is unknown happened."""
+    TIMER = "timer"
+    RETRY = "retry"
+    """A service kept failing with nothing in flight: try again at wake_at."""
+
+
+@dataclass(frozen=True)
+class Wait:
+    kind: WaitKind
+    ref: str
+    """The action's idempotency key, or the timer's tool_use_id."""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.ref}"
+
+    @classmethod
+    def parse(cls, waiting_on: str) -> Wait:
+        kind, _, ref = waiting_on.partition(":")
+        return cls(WaitKind(kind), ref)
+
+    @property
+    def action_key(self) -> str | None:
+        """The action a person decides, for the waits a person settles."""
+        return self.ref if self.kind in (WaitKind.APPROVAL, WaitKind.ACTION) else None
+
+
+def approval_wait(action_key: str) -> Wait:
+    return Wait(WaitKind.APPROVAL, action_key)
+
+
+def person_wait(action_key: str) -> Wait:
+    return Wait(WaitKind.ACTION, action_key)
+
+
+def timer_wait(tool_use_id: str) -> Wait:
+    return Wait(WaitKind.TIMER, tool_use_id)
+
+
+def retry_wait(action_key: str) -> Wait:
+    return Wait(WaitKind.RETRY, action_key)
+
+
+# -- run keys --------------------------------------------------------------------------------
+
+
+def slot_key(schedule: str, slot: datetime) -> str:
+    """`<schedule>:<slot>` (slot in UTC ISO): the idempotency key and batch id of a slot."""
+    return f"{schedule}:{slot.astimezone(UTC).isoformat()}"
+
+
+def event_key(source: str, event_id: str) -> str:
+    return check_key(f"event:{source}:{check_key(event_id, 'event id')}", "event:<source>:<id>")
+
+
+def child_key(batch_id: str, index: int) -> str:
+    return f"{batch_id}:child:{index}"
+
+
+def synthesis_key(batch_id: str) -> str:
+    return f"{batch_id}:synthesis"
+
+
+def batch_of_synthesis(key: str) -> str | None:
+    """The batch id of a synthesis run's key, None for any other key."""
+    return key.removesuffix(":synthesis") if key.endswith(":synthesis") else None

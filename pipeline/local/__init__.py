@@ -1,0 +1,1 @@
+"""Running nightshift on one machine: the demo and real worker/beat processes."""

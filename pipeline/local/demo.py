@@ -1,0 +1,209 @@
+"""`nightshift demo`: the nightly report on real workers, with two crashes, watched live.
+
+1. A worker is SIGKILLed in the middle of the run; another worker resumes from the checkpoint.
+2. The next worker dies right after the report email went out, before the reply was saved;
+   the one after it reconciles (same idempotency key) instead of sending a second email.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+import pipeline.embedded as embedded
+from models import Action, Run
+from pipeline.db import broker_url, database_url, transaction
+from pipeline.local.processes import CeleryProcess, wait_for
+from pipeline.migrate import upgrade
+from pipeline.sandbox.email import EmailSandbox
+from pipeline.sandbox.messages_api import MessagesSandbox
+from pipeline.sandbox.responders import agent_responder
+from pipeline.sandbox.web import WebSandbox
+from pipeline.settings import get_settings
+from pipeline.views.runs import show_run
+
+LEASE_SECONDS = 5  # shorter than the 15 s default so the demo does not keep you waiting
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def run_snapshot(run_id: uuid.UUID) -> Run:
+    with transaction() as session:
+        run = session.get(Run, run_id)
+        assert run is not None
+        return run
+
+
+def holder_pid(run: Run) -> int | None:
+    return int(run.lease_owner.split(":")[1]) if run.lease_owner else None
+
+
+class Demo:
+    def __init__(self, workdir: Path, queue: str) -> None:
+        self.workdir = workdir
+        self.web = WebSandbox(log_path=workdir / "web.jsonl").start()
+        self.email = EmailSandbox(log_path=workdir / "email.jsonl").start()
+        # The real anthropic SDK talks to a local Messages API server with scripted replies.
+        self.model = MessagesSandbox(
+            responder=agent_responder, latency_seconds=0.8, log_path=workdir / "messages.jsonl"
+        ).start()
+        self.processes: list[CeleryProcess] = []
+        self.env = {
+            "NIGHTSHIFT_DATABASE_URL": database_url(),
+            "NIGHTSHIFT_BROKER_URL": broker_url(),
+            "NIGHTSHIFT_QUEUE": queue,
+            "NIGHTSHIFT_WEB_URL": self.web.url,
+            "NIGHTSHIFT_EMAIL_URL": self.email.url,
+            "NIGHTSHIFT_EMAIL_MODE": "keys",
+            "ANTHROPIC_API_KEY": "local-demo-key",
+            "ANTHROPIC_BASE_URL": self.model.url,
+            "NIGHTSHIFT_LEASE_SECONDS": str(LEASE_SECONDS),
+            "NIGHTSHIFT_HEARTBEAT_SECONDS": "1",
+            "NIGHTSHIFT_TICK_SECONDS": "1",
+        }
+
+    def start(self, name: str, beat: bool = False, **env: str) -> CeleryProcess:
+        process = CeleryProcess(
+            name=name, log_path=self.workdir / f"{name}.log", env={**self.env, **env}, beat=beat
+        )
+        self.processes.append(process)
+        return process.start()
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+        for server in (self.model, self.email, self.web):
+            server.stop()
+
+
+def run_demo() -> int:
+    # Its own queue: workers already serving the default queue know nothing of the sandbox.
+    os.environ.setdefault("NIGHTSHIFT_QUEUE", f"nightshift-demo-{os.getpid()}")
+    get_settings.cache_clear()
+    settings = get_settings()
+    started_here = _bring_up_services(settings.data_dir) if settings.embedded else []
+    upgrade()
+    workdir = Path(tempfile.mkdtemp(prefix="demo-", dir=_demo_root(settings.data_dir)))
+    demo = Demo(workdir, settings.queue)
+    try:
+        return _story(demo)
+    finally:
+        demo.stop()
+        if started_here:
+            say("stopping the embedded services this demo started")
+            embedded.stop(settings.data_dir)
+
+
+def _demo_root(data_dir: Path) -> Path:
+    root = data_dir / "demo"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _bring_up_services(data_dir: Path) -> list[str]:
+    already = {info.name for info in embedded.status(data_dir) if info.running}
+    say(f"starting the embedded PostgreSQL and Redis in {data_dir} (no URLs configured)")
+    embedded.ensure_running(data_dir)
+    return [name for name in ("postgres", "redis") if name not in already]
+
+
+def _story(demo: Demo) -> int:
+    from pipeline.runs.start import start_run
+
+    say("starting beat (the tick) and worker w1")
+    demo.start("beat", beat=True)
+    w1 = demo.start("w1")
+    today = date.today().isoformat()
+    run_id = start_run("nightly_report", {"team": "ops", "date": today}).run_id
+    say(f"started nightly_report run {run_id} for team ops, {today}")
+
+    run = wait_for(lambda: _at_step(run_id, 2), 60, "the run to reach step 2")
+    say(f"step {run.step} in flight on w1 (pid {w1.pid}); sending SIGKILL to w1")
+    w1.kill()
+    killed_at = time.monotonic()
+    w2 = demo.start("w2", NIGHTSHIFT_CRASH_POINTS="after_send_before_reply")
+    say("started w2; it will die right after the report email goes out (crash point)")
+    resumed = wait_for(lambda: _held_by(run_id, w2.pid), 60, "w2 to resume the run")
+    resume_seconds = time.monotonic() - killed_at
+    say(f"w2 resumed the run at step {resumed.step}, {resume_seconds:.1f}s after the kill")
+
+    wait_for(lambda: w2.exited() or None, 90, "w2 to reach the email")
+    delivered = len(demo.email.deliveries())
+    say(f"w2 died after the send; emails delivered so far: {delivered}; reply not saved")
+    w3 = demo.start("w3")
+    say("started w3; it finds the email attempted with no reply and reconciles")
+    finished = wait_for(lambda: _finished(run_id), 90, "the run to finish")
+    say(f"run {finished.status} on w3 (pid {w3.pid}) after {finished.attempt} claims")
+    _summary(demo, run_id, resume_seconds)
+    return 0 if finished.status == "succeeded" and len(demo.email.deliveries()) == 1 else 1
+
+
+def _at_step(run_id: uuid.UUID, step: int) -> Run | None:
+    run = run_snapshot(run_id)
+    return run if run.step >= step and run.lease_owner else None
+
+
+def _held_by(run_id: uuid.UUID, pid: int) -> Run | None:
+    run = run_snapshot(run_id)
+    return run if holder_pid(run) == pid else None
+
+
+def _finished(run_id: uuid.UUID) -> Run | None:
+    run = run_snapshot(run_id)
+    return run if run.status in ("succeeded", "failed", "needs_attention") else None
+
+
+def _summary(demo: Demo, run_id: uuid.UUID, resume_seconds: float) -> None:
+    detail = show_run(run_id)
+    print("\nWhat happened, from the journal (+s: time since the previous entry):")
+    previous = datetime.fromisoformat(detail["run"]["created_at"])
+    for entry in detail["journal"]:
+        at = datetime.fromisoformat(entry["created_at"])
+        gap = (at - previous).total_seconds()
+        previous = at
+        print(f"  {at:%H:%M:%S}  +{gap:5.1f}s  step {entry['step']}  {entry['summary']}")
+    with transaction() as session:
+        action = session.scalar(select(Action).where(Action.run_id == run_id))
+    fetches = demo.web.requests()
+    model_calls = len(list((demo.workdir / "messages.jsonl").read_text().splitlines()))
+    print("\nThe numbers:")
+    once = all(count == 1 for count in fetches.values())
+    print(
+        f"  source fetches: {fetches}" + (" - each once; replays used the journal" if once else "")
+    )
+    print(
+        f"  model calls: {model_calls} for {detail['run']['step']} steps "
+        "(only a call in flight at a crash is asked again)"
+    )
+    print(f"  emails delivered: {len(demo.email.deliveries())}")
+    if action is not None:
+        print(
+            f"  email action {action.idempotency_key}: {action.state}, "
+            f"{action.attempts} attempts, resolved by {action.resolution or 'first send'}"
+        )
+    print(f"  kill -> resume on another worker: {resume_seconds:.1f}s (lease {LEASE_SECONDS}s)")
+    _totals(detail)
+    report = detail["run"]["state"].get("artifacts", {}).get("report")
+    if report:
+        print(f"\nThe report ({report['path']}):\n")
+        print(Path(report["path"]).read_text())
+    print(f"worker logs: {demo.workdir}")
+
+
+def _totals(detail: dict[str, Any]) -> None:
+    run = detail["run"]
+    created = datetime.fromisoformat(run["created_at"])
+    finished = datetime.fromisoformat(run["finished_at"] or run["updated_at"])
+    print(
+        f"  wall time {(finished - created).total_seconds():.1f}s; "
+        f"tokens in/out {run['input_tokens']}/{run['output_tokens']}"
+    )

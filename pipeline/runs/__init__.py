@@ -1,0 +1,2 @@
+"""The record's operations: start, fan-out, waits, cancellation, decisions, events, the tick,
+schedules, retention."""

@@ -1,0 +1,57 @@
+"""Cancelling runs: a waiting run stops at once; a running one at its next check."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from models import Run, RunStatus
+from pipeline.db import transaction
+from pipeline.errors import RunNotFound
+from pipeline.logs import get_logger
+
+log = get_logger("nightshift.cancel")
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    run_id: uuid.UUID
+    status: RunStatus
+    """The run's status after the request: cancelled, or still running until its next check."""
+
+
+def cancel_run_txn(
+    session: Session, run_id: uuid.UUID, by: str, reason: str = "cancelled"
+) -> CancelResult:
+    status = session.scalar(select(Run.status).where(Run.id == run_id).with_for_update())
+    if status is None:
+        raise RunNotFound(f"no run has id {run_id}")
+    if status.is_terminal():
+        return CancelResult(run_id, status)
+    values = {
+        "cancel_requested": True,
+        "cancel_requested_by": by,
+        "cancel_requested_at": func.now(),
+    }
+    # Parked runs hold no worker, so nobody else would ever notice the request: stop them here.
+    if status.is_parked():
+        values |= {
+            "status": RunStatus.CANCELLED,
+            "stop_reason": reason,
+            "finished_at": func.now(),
+            "wake_at": None,
+        }
+    session.execute(
+        update(Run).where(Run.id == run_id, Run.cancel_requested.is_(False)).values(**values)
+    )
+    new = RunStatus.CANCELLED if status.is_parked() else status
+    log.info("run %s: cancel requested by %s (%s)", run_id, by, new)
+    return CancelResult(run_id, new)
+
+
+def cancel_run(run_id: uuid.UUID, by: str, reason: str = "cancelled") -> CancelResult:
+    with transaction() as session:
+        return cancel_run_txn(session, run_id, by, reason)

@@ -1,0 +1,142 @@
+"""Batches: one child run per item, and a synthesis run that starts exactly once, when every
+child is terminal (a durable join in Postgres, keyed `<batch>:synthesis`)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from models import Batch, BatchStatus, Run, RunStatus
+from pipeline.agent import BatchPlan
+from pipeline.keys import child_key, synthesis_key
+from pipeline.logs import get_logger
+from pipeline.runs.start import create_run_txn
+
+log = get_logger("nightshift.fanout")
+_TERMINAL = RunStatus.terminal()
+
+
+@dataclass(frozen=True)
+class CreatedBatch:
+    batch_id: str
+    child_ids: list[uuid.UUID]
+    created: bool
+    """False when the batch id already existed (the same slot fired twice): nothing started."""
+
+
+def create_batch_txn(session: Session, plan: BatchPlan) -> CreatedBatch:
+    """Create the batch and its children once; the children start after the commit."""
+    inserted = session.execute(
+        insert(Batch)
+        .values(
+            id=plan.batch_id,
+            name=plan.name,
+            params={**plan.params, "synthesis_agent": plan.synthesis_agent},
+            token_cap=plan.token_cap,
+            cost_cap_usd=plan.cost_cap_usd,
+        )
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(Batch.id)
+    ).scalar_one_or_none()
+    if inserted is None:
+        return CreatedBatch(plan.batch_id, [], created=False)
+    children = [
+        create_run_txn(
+            session,
+            plan.child_agent,
+            child_input,
+            child_key(plan.batch_id, index),
+            batch_id=plan.batch_id,
+        ).run_id
+        for index, child_input in enumerate(plan.child_inputs)
+    ]
+    log.info("batch %s: %d children of %s", plan.batch_id, len(children), plan.child_agent)
+    return CreatedBatch(plan.batch_id, children, created=True)
+
+
+def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
+    """In the transaction that made a child terminal: start the synthesis if it was the last.
+
+    The batch row lock serialises the children finishing at once; the synthesis key makes a
+    second start impossible even so. The synthesis starts after the commit.
+    """
+    # FOR NO KEY UPDATE, not FOR UPDATE: the caller's second UPDATE of the child's run row in
+    # this transaction re-checks the runs.batch_id foreign key, which takes a KEY SHARE lock on
+    # this batch row; FOR UPDATE conflicts with KEY SHARE, so two children finishing at once
+    # would each wait for the other's KEY SHARE lock: a deadlock.
+    locked = select(Batch).where(Batch.id == batch_id).with_for_update(key_share=True)
+    batch = session.scalar(locked)
+    if batch is None or batch.synthesis_run_id is not None or batch.status.is_terminal():
+        return None
+    unfinished = session.scalar(
+        select(func.count()).where(
+            Run.batch_id == batch_id, Run.status.not_in(RunStatus.terminal())
+        )
+    )
+    if unfinished:
+        return None
+    outcomes = _child_outcomes(session, batch_id)
+    started = create_run_txn(
+        session,
+        batch.params["synthesis_agent"],
+        {"batch": batch_id, "children": outcomes},
+        synthesis_key(batch_id),
+    )
+    session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id)
+        .values(synthesis_run_id=started.run_id, status=BatchStatus.SYNTHESIZING)
+    )
+    failed = [o["item"] for o in outcomes if o["status"] != RunStatus.SUCCEEDED.value]
+    log.info("batch %s: every child is done (%d failed); synthesis %s", batch_id, len(failed),
+             started.run_id)  # fmt: skip
+    return started.run_id if started.created else None
+
+
+def _child_outcomes(session: Session, batch_id: str) -> list[dict[str, Any]]:
+    rows = session.execute(
+        select(Run.input, Run.status, Run.stop_reason, Run.error, Run.result)
+        .where(Run.batch_id == batch_id)
+        .order_by(Run.created_at, Run.id)
+    ).all()
+    return [
+        {
+            "item": row.input,
+            "status": row.status.value,
+            "reason": row.stop_reason,
+            "error": (row.error or "")[:300] or None,
+            "result": (row.result or {}).get("text"),
+        }
+        for row in rows
+    ]
+
+
+def synthesis_finished_txn(session: Session, run_id: uuid.UUID, status: RunStatus) -> None:
+    """The batch ends with its synthesis."""
+    final = BatchStatus.SUCCEEDED if status is RunStatus.SUCCEEDED else BatchStatus.FAILED
+    session.execute(
+        update(Batch)
+        .where(Batch.synthesis_run_id == run_id, Batch.status == BatchStatus.SYNTHESIZING)
+        .values(status=final, finished_at=func.now())
+    )
+
+
+def ready_batches_txn(session: Session) -> list[uuid.UUID]:
+    """The tick's backstop: join batches whose last child finished outside the engine
+    (cancelled while waiting, say)."""
+    candidates = session.scalars(
+        select(Batch.id).where(
+            Batch.status == BatchStatus.RUNNING,
+            Batch.synthesis_run_id.is_(None),
+            ~select(Run.id)
+            .where(Run.batch_id == Batch.id, Run.status.not_in(RunStatus.terminal()))
+            .exists(),
+        )
+    ).all()
+    started = [child_finished_txn(session, batch_id) for batch_id in candidates]
+    return [run_id for run_id in started if run_id is not None]

@@ -1,0 +1,117 @@
+"""Starting runs: validate the request, create the record once per idempotency key."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from models import Run
+from pipeline.app import send_step_after_commit
+from pipeline.db import transaction
+from pipeline.errors import InputTooLarge, InvalidInput, NightshiftError
+from pipeline.keys import check_key
+from pipeline.registry import get_agent
+from pipeline.settings import get_settings
+
+
+class IdempotencyConflict(NightshiftError):
+    """This idempotency key already started a run with a different request."""
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    run_id: uuid.UUID
+    created: bool
+    """False when the idempotency key named a run that already existed."""
+
+
+@cache
+def code_version() -> str:
+    try:
+        return version("nightshift")
+    except PackageNotFoundError:
+        return "dev"
+
+
+def validate_input(agent_name: str, run_input: object) -> dict[str, Any]:
+    agent = get_agent(agent_name)
+    if not isinstance(run_input, dict):
+        raise InvalidInput(f"input for agent {agent_name!r} must be a JSON object")
+    try:
+        size = len(json.dumps(run_input).encode())
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"input for agent {agent_name!r} is not JSON: {exc}") from None
+    limit = get_settings().max_input_bytes
+    if size > limit:
+        raise InputTooLarge(
+            f"input for agent {agent_name!r} is {size} bytes; the limit is {limit} "
+            "(NIGHTSHIFT_MAX_INPUT_BYTES)"
+        )
+    errors = agent.input_errors(run_input)
+    if errors:
+        raise InvalidInput(f"input for agent {agent_name!r} is invalid: " + "; ".join(errors))
+    return run_input
+
+
+def create_run_txn(
+    session: Session,
+    agent_name: str,
+    run_input: object,
+    idempotency_key: str | None = None,
+    *,
+    parent_id: uuid.UUID | None = None,
+    batch_id: str | None = None,
+    deadline: datetime | None = None,
+) -> StartedRun:
+    """Create the run unless the key already names one; raise on a different request.
+
+    A run created here has its first step sent once the caller's transaction commits.
+    """
+    checked = validate_input(agent_name, run_input)
+    if idempotency_key is not None:
+        check_key(idempotency_key)
+    agent = get_agent(agent_name)
+    values = {
+        "id": uuid.uuid4(),
+        "agent": agent_name,
+        "input": checked,
+        "idempotency_key": idempotency_key,
+        "parent_id": parent_id,
+        "batch_id": batch_id,
+        "deadline": deadline,
+        "max_steps": agent.max_steps,
+        "state": {},
+        "code_version": code_version(),
+        "prompt_version": agent.prompt_version,
+    }
+    statement = insert(Run).values(**values)
+    if idempotency_key is not None:
+        statement = statement.on_conflict_do_nothing(index_elements=["idempotency_key"])
+    run_id = session.execute(statement.returning(Run.id)).scalar_one_or_none()
+    if run_id is not None:
+        send_step_after_commit(session, run_id, agent=agent_name, batch=batch_id)
+        return StartedRun(run_id, created=True)
+    existing = session.execute(
+        select(Run.id, Run.agent, Run.input).where(Run.idempotency_key == idempotency_key)
+    ).one()
+    if existing.agent != agent_name or existing.input != checked:
+        raise IdempotencyConflict(
+            f"idempotency key {idempotency_key!r} already started run {existing.id} "
+            "with a different agent or input"
+        )
+    return StartedRun(existing.id, created=False)
+
+
+def start_run(agent_name: str, run_input: object, idempotency_key: str | None = None) -> StartedRun:
+    """Create the run; its first step goes to a worker once this commits."""
+    with transaction() as session:
+        return create_run_txn(session, agent_name, run_input, idempotency_key)

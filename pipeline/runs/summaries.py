@@ -1,0 +1,32 @@
+"""One line a person reads for a journal entry: the timeline's text, and all that retention
+keeps of a compacted entry."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline.keys import EntryKind, entry_kind
+
+
+def summarize(key: str, payload: dict[str, Any]) -> str:
+    """One line a person can read for a journal entry."""
+    if payload.get("compacted"):  # retention kept only this line
+        return str(payload.get("summary", ""))
+    kind = entry_kind(key)
+    if kind is EntryKind.TIMER:
+        return f"waits (no process) until {payload.get('wake_at')}"
+    if kind is EntryKind.MODEL:
+        parts = []
+        for block in payload.get("content", []):
+            if block["type"] == "tool_use":
+                parts.append(f"asks {block['name']}({json.dumps(block['input'])[:60]})")
+            elif block["type"] == "text" and block.get("text"):
+                parts.append(repr(block["text"][:60]))
+        usage = payload.get("usage", {})
+        tokens = f"[{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tok]"
+        return f"model {tokens} " + "; ".join(parts)
+    if kind is EntryKind.TOOL:
+        status = "error" if payload.get("is_error") else "ok"
+        return f"{payload.get('name')} -> {status}: {str(payload.get('content'))[:70]!r}"
+    return str(payload.get("text", ""))[:90]

@@ -1,0 +1,1 @@
+"""Read models for people (never writes): runs, batches, actions, metrics."""

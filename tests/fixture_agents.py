@@ -1,0 +1,54 @@
+"""Agents only tests register, through NIGHTSHIFT_AGENTS, the way a user's own module is."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pipeline import Agent
+from pipeline.agent import BatchPlan, Block, Conversation, Slot, text
+from pipeline.agents import nightly_report
+
+
+def _claims_done_too_early(conversation: Conversation) -> list[Block]:
+    """The nightly report's script, except that it says "All done!" instead of emailing the
+    report, until the success check has sent it back to work once."""
+    blocks = nightly_report.script(conversation)
+    nudged = any(
+        b.get("type") == "text" and "check failed" in b.get("text", "")
+        for m in conversation.messages
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+    )
+    if not nudged and any(b.get("name") == "send_report_email" for b in blocks):
+        return [text("All done!")]
+    return blocks
+
+
+LAZY_REPORT = dataclasses.replace(
+    nightly_report.AGENT, name="lazy_report", script=_claims_done_too_early, event_sources=()
+)
+
+
+def _two_team_reports(slot: Slot) -> BatchPlan:
+    """A batch of two report runs: the shape of the competitor monitor's fan-out."""
+    children: list[dict[str, Any]] = [{"team": t, "date": slot.date} for t in ("ops", "pricing")]
+    return BatchPlan(
+        batch_id=slot.key,
+        name="test_batch",
+        child_agent="nightly_report",
+        child_inputs=children,
+        synthesis_agent="price_synthesis",
+        params={},
+    )
+
+
+TEST_BATCH = Agent(
+    name="test_batch",
+    system="A schedule's batch job for tests; it never runs itself.",
+    instructions="Nothing to do.",
+    tools=(),
+    input_schema={"type": "object"},
+    script=lambda conversation: [text("Nothing to do.")],
+    job=_two_team_reports,
+)
