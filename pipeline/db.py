@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Lock
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 import pipeline.embedded as embedded
@@ -83,6 +83,14 @@ def transaction(url: str | None = None) -> Iterator[Session]:
         callbacks: list[Callable[[], None]] = session.info.pop(_AFTER_COMMIT, [])
     for callback in callbacks:
         callback()
+
+
+@contextmanager
+def read_only(url: str | None = None) -> Iterator[Session]:
+    """A transaction PostgreSQL refuses to write in: what the read models (views/) use."""
+    with transaction(url) as session:
+        session.execute(text("SET TRANSACTION READ ONLY"))
+        yield session
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:

@@ -26,6 +26,10 @@ class UnknownAgent(NightshiftError):
     """No agent is registered under that name."""
 
 
+class UnknownAction(NightshiftError):
+    """No action has that idempotency key."""
+
+
 class InvalidInput(NightshiftError):
     """The run's input does not match the agent's schema."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from pipeline.db import database_url
@@ -23,9 +25,6 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
 
 
 def current(url: str | None = None) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-    from sqlalchemy import create_engine
-
     engine = create_engine(url or database_url())
     try:
         with engine.connect() as conn:

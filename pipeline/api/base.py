@@ -24,10 +24,11 @@ from pipeline.errors import (
     RunNotFound,
     SettingsError,
     StatusConflict,
+    UnknownAction,
     UnknownAgent,
 )
 from pipeline.registry import UnknownEventSource
-from pipeline.runs.decisions import NotAnApprover, UnknownAction
+from pipeline.runs.decisions import NotAnApprover
 from pipeline.runs.start import IdempotencyConflict
 from pipeline.views.batches import UnknownBatch
 

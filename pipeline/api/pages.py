@@ -21,9 +21,14 @@ from starlette.templating import Jinja2Templates
 
 from models import ActionState, RunStatus
 from pipeline.api.base import ApiConfig, ApiError, status_for
+from pipeline.api.routes import parse_run_id
 from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
+from pipeline.runs.decisions import decide
+from pipeline.views.actions import list_actions, show_action
+from pipeline.views.batches import list_batches, show_batch
+from pipeline.views.runs import list_runs, show_run
 
 WEB = Path(__file__).parent / "web"
 MAX_FORM_FIELDS = 20
@@ -153,10 +158,6 @@ _STALE_FORM = "This form is stale or was not sent by the status page; reload the
 
 @router.get("/ui")
 def dashboard(request: Request, status: str | None = None) -> Response:
-    from pipeline.runs.decisions import list_actions
-    from pipeline.views.batches import list_batches
-    from pipeline.views.runs import list_runs
-
     session = _session(request)
     if session is None:
         return _to_login()
@@ -175,9 +176,6 @@ def dashboard(request: Request, status: str | None = None) -> Response:
 
 @router.get("/ui/runs/{run_id}")
 def run_page(request: Request, run_id: str) -> Response:
-    from pipeline.api.routes import parse_run_id
-    from pipeline.views.runs import show_run
-
     session = _session(request)
     if session is None:
         return _to_login()
@@ -199,9 +197,6 @@ def _timeline(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @router.get("/ui/batches/{batch_id:path}")
 def batch_page(request: Request, batch_id: str) -> Response:
-    from pipeline.views.batches import show_batch
-    from pipeline.views.runs import list_runs
-
     session = _session(request)
     if session is None:
         return _to_login()
@@ -215,8 +210,6 @@ def batch_page(request: Request, batch_id: str) -> Response:
 
 @router.get("/ui/actions/{key:path}")
 def action_page(request: Request, key: str, repeated: int = 0) -> Response:
-    from pipeline.views.actions import show_action
-
     session = _session(request)
     if session is None:
         return _to_login()
@@ -230,8 +223,6 @@ def action_page(request: Request, key: str, repeated: int = 0) -> Response:
 @router.post("/ui/actions/{key:path}")
 async def decide_page(request: Request, key: str) -> Response:
     """Approve or reject from the page: the same single-use decision as the webhook."""
-    from pipeline.runs.decisions import decide
-    from pipeline.views.actions import show_action
 
     session = _session(request)
     if session is None:

@@ -21,7 +21,14 @@ from pipeline.api import webhooks
 from pipeline.api.base import ApiConfig, ApiError, describe_validation
 from pipeline.db import broker_url, get_engine
 from pipeline.errors import RunNotFound
+from pipeline.runs.cancel import cancel_run
+from pipeline.runs.decisions import decide
+from pipeline.runs.events import start_from_event
+from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
+from pipeline.views.batches import show_batch
+from pipeline.views.metrics import collect, prometheus_text
+from pipeline.views.runs import list_runs, show_run
 
 log = logging.getLogger("nightshift.api")
 
@@ -82,7 +89,6 @@ def start(
 ) -> Started:
     """Start a run. The same Idempotency-Key returns the same run (200); reusing it with a
     different agent or input is refused (409)."""
-    from pipeline.runs.start import start_run
 
     started = start_run(body.agent, body.input, idempotency_key)
     response.headers["Location"] = f"/runs/{started.run_id}"
@@ -99,7 +105,6 @@ def runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> dict[str, Any]:
     """Runs, newest first."""
-    from pipeline.views.runs import list_runs
 
     return {"runs": list_runs(status=status, agent=agent, batch=batch, limit=limit)}
 
@@ -114,7 +119,6 @@ def parse_run_id(text: str) -> uuid.UUID:
 @authed.get("/runs/{run_id}", tags=["runs"])
 def run(run_id: str) -> dict[str, Any]:
     """A run with its input, result, journal timeline and actions."""
-    from pipeline.views.runs import show_run
 
     return show_run(parse_run_id(run_id))
 
@@ -128,7 +132,6 @@ class CancelRequest(BaseModel):
 @authed.post("/runs/{run_id}/cancel", tags=["runs"])
 def cancel(run_id: str, body: CancelRequest | None = None) -> dict[str, Any]:
     """Cancel a run: a waiting run stops now, a running one at its next step."""
-    from pipeline.runs.cancel import cancel_run
 
     body = body or CancelRequest()
     result = cancel_run(parse_run_id(run_id), by=body.by, reason=body.reason)
@@ -139,7 +142,6 @@ def cancel(run_id: str, body: CancelRequest | None = None) -> dict[str, Any]:
 def batch(batch_id: str) -> dict[str, Any]:
     """A batch: its status, its children counted by status, its synthesis run and the
     approvals it waits for."""
-    from pipeline.views.batches import show_batch
 
     return show_batch(batch_id).as_json()
 
@@ -203,7 +205,6 @@ def _extra(model: type[BaseModel]) -> dict[str, Any]:
 async def approval(action_key: str, request: Request) -> dict[str, Any]:
     """Approve or reject a pending action, once: a repeated identical decision returns the
     first outcome with "first": false; a different one is refused (409)."""
-    from pipeline.runs.decisions import decide
 
     body: ApprovalDecision = await signed_body(request, ApprovalDecision)
     result = await run_in_threadpool(decide, action_key, body.decision, body.by, body.note)
@@ -226,7 +227,6 @@ class EventDelivery(BaseModel):
 @router.post("/events/{source}", tags=["webhooks"], openapi_extra=_extra(EventDelivery))
 async def event(source: str, request: Request) -> JSONResponse:
     """Start the source's run for this event once; a repeated event id returns its run (200)."""
-    from pipeline.runs.events import start_from_event
 
     body: EventDelivery = await signed_body(request, EventDelivery)
     started = await run_in_threadpool(start_from_event, source, body.event_id, body.payload)
@@ -253,7 +253,6 @@ PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 )
 def metrics() -> PlainTextResponse:
     """Reliability and usage metrics in the Prometheus text format."""
-    from pipeline.views.metrics import collect, prometheus_text
 
     return PlainTextResponse(prometheus_text(collect()), media_type=PROMETHEUS)
 

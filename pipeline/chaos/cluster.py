@@ -23,10 +23,15 @@ import psutil
 from sqlalchemy import text
 
 import pipeline.embedded as embedded
+from beat_schedule import SCHEDULES
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
+from pipeline.db import transaction
 from pipeline.errors import ServiceError
 from pipeline.local.processes import CeleryProcess
+from pipeline.migrate import upgrade
 from pipeline.sandbox import SandboxSet, start_all
+from pipeline.sandbox.responders import agent_responder
+from pipeline.settings import get_settings
 
 T = TypeVar("T")
 
@@ -108,8 +113,6 @@ class Cluster:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, clock: Callable[[], float]) -> None:
-        from pipeline.sandbox.responders import agent_responder
-
         self.clock = clock
         self.logs.mkdir(parents=True, exist_ok=True)
         self.urls = urls = embedded.ensure_running(self.services_dir)
@@ -131,11 +134,9 @@ class Cluster:
         }
         # Before anything imports the Celery app: the harness sends steps and approvals too.
         os.environ.update(self.env)
-        from pipeline.settings import get_settings
 
         get_settings.cache_clear()
         schedules_off.write_text(json.dumps(_disabled_schedules()))
-        from pipeline.migrate import upgrade
 
         upgrade()
         self.sandboxes = start_all(
@@ -293,7 +294,6 @@ class Cluster:
 
     def held_runs(self) -> dict[int, list[tuple[uuid.UUID, int]]]:
         """pid -> the (run, fence) pairs whose lease it holds (lease_owner is host:pid:thread)."""
-        from pipeline.db import transaction
 
         def query() -> dict[int, list[tuple[uuid.UUID, int]]]:
             held: dict[int, list[tuple[uuid.UUID, int]]] = {}
@@ -321,6 +321,5 @@ def _wait_gone(pid: int, timeout: float = 60.0) -> None:
 
 def _disabled_schedules() -> list[dict[str, object]]:
     """The shipped nightly schedules stay off: the workload is the harness's own."""
-    from beat_schedule import SCHEDULES
 
     return [{"name": s.name, "enabled": False} for s in SCHEDULES]

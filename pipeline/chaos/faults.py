@@ -17,8 +17,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import text
+
 from pipeline.app import send_step
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
+from pipeline.db import transaction
+from pipeline.runs.decisions import decide
 
 if TYPE_CHECKING:
     from pipeline.chaos.cluster import Cluster
@@ -140,9 +144,6 @@ def schedule_hash(faults: list[Fault]) -> str:
 
 def pending_approvals() -> list[str]:
     """Keys of the actions waiting for a person's approval, oldest first."""
-    from sqlalchemy import text
-
-    from pipeline.db import transaction
 
     query = text(
         "SELECT idempotency_key FROM actions WHERE state = 'pending_approval' ORDER BY created_at"
@@ -170,7 +171,6 @@ class Approvals:
 
         Returns each call's DecisionResult, or the exception it raised.
         """
-        from pipeline.runs.decisions import decide
 
         barrier = threading.Barrier(times)
         results: list[Any] = [None] * times

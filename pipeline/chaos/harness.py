@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -35,7 +36,9 @@ from pipeline.chaos.faults import (
 )
 from pipeline.chaos.report import ChaosReport, deliveries, verify
 from pipeline.chaos.workload import Workload
+from pipeline.db import transaction
 from pipeline.errors import NightshiftError
+from pipeline.runs.decisions import decide
 
 DEFAULT_RATE = 24.0
 """Faults a minute: 240 in the default ten minutes."""
@@ -117,8 +120,6 @@ class Sampler:
                 self.poll()
 
     def poll(self) -> None:
-        from pipeline.db import transaction
-
         with self.lock:
             watched = list({w.run_id for w in self.watches})
         query = text(
@@ -274,8 +275,6 @@ def _settle(
 
 def _resolve_unknown(cluster: Cluster) -> int:
     """Be the person a run in needs_attention waits for: the sandbox logs say what happened."""
-    from pipeline.db import transaction
-    from pipeline.runs.decisions import decide
 
     query = text(
         "SELECT a.idempotency_key, a.service FROM actions a JOIN runs r ON r.id = a.run_id"
@@ -291,7 +290,5 @@ def _resolve_unknown(cluster: Cluster) -> int:
 
 
 def _remove_service_data(cluster: Cluster) -> None:
-    import shutil
-
     shutil.rmtree(cluster.services_dir, ignore_errors=True)
     shutil.rmtree(cluster.root / "data", ignore_errors=True)

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from pipeline.chaos.cluster import LEASE_SECONDS
 from pipeline.chaos.common import retrying
 from pipeline.chaos.faults import KINDS, RESUMABLE
+from pipeline.db import transaction
 from pipeline.sandbox import read_log
 
 if TYPE_CHECKING:
@@ -182,16 +183,12 @@ def deliveries(cluster: Cluster) -> Counter[str]:
 
 
 def _actions() -> list[Any]:
-    from pipeline.db import transaction
-
     query = text("SELECT idempotency_key, service, state, attempts, resolution FROM actions")
     with transaction() as session:
         return list(session.execute(query))
 
 
 def _runs() -> list[Any]:
-    from pipeline.db import transaction
-
     query = text(
         "SELECT r.id, r.agent, r.status, r.stop_reason, r.error, r.waiting_on, r.batch_id,"
         " r.idempotency_key,"

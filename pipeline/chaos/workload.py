@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.chaos.common import TRANSIENT, retrying
 from pipeline.chaos.faults import Approvals, pending_approvals
+from pipeline.db import transaction
+from pipeline.registry import agent_names
+from pipeline.runs.fanout import BatchPlan, create_batch_txn
+from pipeline.runs.start import start_run
+from pipeline.sandbox.web import competitors
 
 if TYPE_CHECKING:
+    from pipeline.agent import BatchPlan
     from pipeline.chaos.harness import Sampler
-    from pipeline.runs.fanout import BatchPlan
 
 MAX_ACTIVE = 40
 """No new run while this many are running or waiting: faults should slow runs, not a backlog."""
@@ -56,9 +61,6 @@ def _invoice_reminders(n: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _competitor_batch(batch_id: str, rng: random.Random) -> BatchPlan:
-    from pipeline.runs.fanout import BatchPlan
-    from pipeline.sandbox.web import competitors
-
     chosen = sorted(rng.sample(competitors(), rng.randint(3, 5)), key=lambda c: c["id"])
     children = [{"competitor": c["id"], "name": c["name"], "batch": batch_id} for c in chosen]
     return BatchPlan(
@@ -89,8 +91,6 @@ class Workload:
     def __init__(
         self, seed: int, clock: Callable[[], float], sampler: Sampler, approvals: Approvals
     ) -> None:
-        from pipeline.registry import agent_names
-
         self.rng = random.Random(f"{seed}:workload")
         self.seed = seed
         self.clock = clock
@@ -140,8 +140,6 @@ class Workload:
             self._approve_due(now)
 
     def _start(self, key: str, job: Job) -> None:
-        from pipeline.runs.start import start_run
-
         n = int(key.rsplit("-", 1)[1])
         if job.make_batch is not None:
             self._start_batch(job.make_batch(key, random.Random(key)))
@@ -152,9 +150,6 @@ class Workload:
         self.runs.add(started.run_id)
 
     def _start_batch(self, plan: BatchPlan) -> None:
-        from pipeline.db import transaction
-        from pipeline.runs.fanout import create_batch_txn
-
         # The children start after the commit; one whose message is lost is found by the tick.
         with transaction() as session:
             create_batch_txn(session, plan)

@@ -7,6 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from pipeline.cli.format import print_json, progress_bar, table
+from pipeline.views.batches import list_batches, show_batch
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -31,8 +32,6 @@ def cmd_batches(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from pipeline.views.batches import list_batches
-
     batches = list_batches(limit=args.limit)
     if args.json:
         print_json([b.as_json() for b in batches])
@@ -59,8 +58,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from pipeline.views.batches import show_batch
-
     batch = show_batch(args.id)
     if args.json:
         print_json(batch.as_json())

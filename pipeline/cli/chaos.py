@@ -8,16 +8,16 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from pipeline.chaos.faults import DEFAULT_WEIGHTS, parse_weights
+from pipeline.chaos.harness import DEFAULT_RATE, ChaosConfig, run_chaos
 from pipeline.cli.format import print_json
+from pipeline.errors import NightshiftError
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
 
 
 def register(add: AddCommand) -> None:
-    from pipeline.chaos.faults import DEFAULT_WEIGHTS
-    from pipeline.chaos.harness import DEFAULT_RATE
-
     command = add(
         "chaos",
         cmd_chaos,
@@ -48,10 +48,6 @@ def register(add: AddCommand) -> None:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from pipeline.chaos.faults import parse_weights
-    from pipeline.chaos.harness import ChaosConfig, run_chaos
-    from pipeline.errors import NightshiftError
-
     if args.duration <= 0 or args.workers < 1 or args.rate <= 0:
         raise NightshiftError("--duration, --workers and --rate must be positive")
     config = ChaosConfig(

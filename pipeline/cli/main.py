@@ -5,13 +5,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
 import uuid
 from collections.abc import Callable, Sequence
 
+import pipeline.embedded as embedded
 from pipeline.cli.format import print_json, table
 from pipeline.errors import NightshiftError
+from pipeline.local.demo import run_demo
+from pipeline.migrate import current, upgrade
+from pipeline.runs.start import start_run
+from pipeline.runs.tick import tick
+from pipeline.settings import get_settings
+from pipeline.views.runs import list_runs, show_run
 
 Handler = Callable[[argparse.Namespace], int]
 AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
@@ -30,9 +38,6 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def cmd_services(args: argparse.Namespace) -> int:
-    import pipeline.embedded as embedded
-    from pipeline.settings import get_settings
-
     settings = get_settings()
     if args.action == "up":
         if not settings.embedded:
@@ -64,8 +69,6 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from pipeline.migrate import current, upgrade
-
     upgrade()
     print(f"database schema at revision {current()}")
     return 0
@@ -89,8 +92,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_beat(args: argparse.Namespace) -> int:
-    from pipeline.settings import get_settings
-
     schedule_file = get_settings().data_dir / "celerybeat-schedule"
     schedule_file.parent.mkdir(parents=True, exist_ok=True)
     argv = ["beat", "--loglevel", args.loglevel, "--schedule", str(schedule_file)]
@@ -98,8 +99,6 @@ def cmd_beat(args: argparse.Namespace) -> int:
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
-    from pipeline.settings import get_settings
-
     auth = get_settings().flower_basic_auth
     if not auth and not args.no_auth:
         raise NightshiftError(
@@ -115,8 +114,6 @@ def cmd_flower(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from pipeline.runs.start import start_run
-
     try:
         run_input = json.loads(args.input)
     except json.JSONDecodeError as exc:
@@ -132,8 +129,6 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from pipeline.views.runs import list_runs
-
     rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
     if args.json:
         print_json(rows)
@@ -147,8 +142,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from pipeline.views.runs import show_run
-
     detail = show_run(_run_id(args.run))
     if args.json:
         print_json(detail)
@@ -181,16 +174,12 @@ def _run_id(text: str) -> uuid.UUID:
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
-    from pipeline.runs.tick import tick
-
     report = tick()
     print(f"resumed {len(report.resumed)} run(s), woke {len(report.woken)} run(s)")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline.local.demo import run_demo
-
     return run_demo()
 
 
@@ -266,8 +255,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import logging
-
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

@@ -8,9 +8,19 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import uvicorn
+
 from models import ActionState
+from pipeline.api.base import ApiConfig
+from pipeline.api.server import create_app
 from pipeline.cli.format import print_json, table
+from pipeline.cli.main import _run_id
 from pipeline.errors import NightshiftError
+from pipeline.runs.cancel import cancel_run
+from pipeline.runs.decisions import Decision, decide
+from pipeline.runs.retention import cleanup
+from pipeline.views.actions import list_actions
+from pipeline.views.metrics import as_json, collect, families
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -18,19 +28,12 @@ if TYPE_CHECKING:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from pipeline.api.base import ApiConfig
-    from pipeline.api.server import create_app
-
     app = create_app(ApiConfig.from_env(insecure_no_auth=args.insecure_no_auth))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
     return 0
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from pipeline.views.metrics import as_json, collect, families
-
     metrics = collect()
     if args.json:
         print_json(as_json(metrics))
@@ -45,8 +48,6 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from pipeline.runs.retention import cleanup
-
     if args.older_than is not None and args.older_than < 1:
         raise NightshiftError(f"--older-than must be at least 1 day (got {args.older_than:g})")
     age = None if args.older_than is None else timedelta(days=args.older_than)
@@ -86,8 +87,6 @@ def _kib(size: int) -> str:
 
 
 def cmd_actions_list(args: argparse.Namespace) -> int:
-    from pipeline.runs.decisions import list_actions
-
     actions = list_actions(state=args.state, limit=args.limit)
     if args.json:
         print_json(actions)
@@ -102,8 +101,6 @@ def cmd_actions_list(args: argparse.Namespace) -> int:
 
 
 def cmd_actions_resolve(args: argparse.Namespace) -> int:
-    from pipeline.runs.decisions import Decision
-
     verdict = Decision.HAPPENED if args.happened else Decision.DID_NOT_HAPPEN
     return _decide(args.key, verdict, args.by, args.note)
 
@@ -117,8 +114,6 @@ def cmd_reject(args: argparse.Namespace) -> int:
 
 
 def _decide(key: str, decision: str, by: str, note: str | None) -> int:
-    from pipeline.runs.decisions import decide
-
     result = decide(key, decision, by, note)
     print(_decided(result))
     return 0
@@ -132,9 +127,6 @@ def _decided(result: DecisionResult) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from pipeline.cli.main import _run_id
-    from pipeline.runs.cancel import cancel_run
-
     run_id: uuid.UUID = _run_id(args.run)
     result = cancel_run(run_id, by=args.by)
     if result.status.is_terminal():

@@ -12,7 +12,11 @@ from sqlalchemy import select
 
 from models import ScheduleFire
 from pipeline.cli.format import print_json, table
+from pipeline.db import transaction
 from pipeline.errors import NightshiftError
+from pipeline.registry import agent_names
+from pipeline.runs.schedule_list import load_schedules
+from pipeline.runs.schedules import check_schedules, fire
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -68,8 +72,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_fire(args: argparse.Namespace) -> int:
-    from pipeline.runs.schedules import fire
-
     slot = None
     if args.slot:
         try:
@@ -92,8 +94,6 @@ def cmd_fire(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from pipeline.runs.schedules import check_schedules
-
     report = check_schedules(now=datetime.now(UTC))
     if args.json:
         print_json(
@@ -111,9 +111,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def schedule_rows(now: datetime) -> list[dict[str, Any]]:
     """Every schedule with its policies, next slot and latest recorded decision."""
-    from pipeline.db import transaction
-    from pipeline.registry import agent_names
-    from pipeline.runs.schedule_list import load_schedules
 
     schedules = load_schedules()
     known = set(agent_names())

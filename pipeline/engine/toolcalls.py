@@ -14,6 +14,7 @@ from pipeline.agent import Agent, Block
 from pipeline.crash import crash_point
 from pipeline.engine import artifacts
 from pipeline.engine import journal as jr
+from pipeline.engine.actions import perform, record_proposal
 from pipeline.engine.leases import Lease, fenced
 from pipeline.engine.timers import await_timer
 from pipeline.errors import PermanentError, TemporaryError
@@ -89,7 +90,6 @@ def record_proposals(
 ) -> None:
     """Before any call of a reply runs: record each approval-requiring one as pending, so the
     run that parks on the first still shows the approver all of them."""
-    from pipeline.engine.actions import record_proposal
 
     for call in calls:
         tool = agent.tool(call.block["name"])
@@ -105,8 +105,6 @@ def record_proposals(
 
 def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     if tool.has_side_effects:
-        from pipeline.engine.actions import perform
-
         return perform(tool, call, context)
     return call_with_retries(
         lambda: tool.fn(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going

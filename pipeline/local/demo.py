@@ -22,6 +22,7 @@ from models import Action, Run
 from pipeline.db import broker_url, database_url, transaction
 from pipeline.local.processes import CeleryProcess, wait_for
 from pipeline.migrate import upgrade
+from pipeline.runs.start import start_run
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.responders import agent_responder
@@ -117,8 +118,6 @@ def _bring_up_services(data_dir: Path) -> list[str]:
 
 
 def _story(demo: Demo) -> int:
-    from pipeline.runs.start import start_run
-
     say("starting beat (the tick) and worker w1")
     demo.start("beat", beat=True)
     w1 = demo.start("w1")

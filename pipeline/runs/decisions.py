@@ -16,15 +16,11 @@ from sqlalchemy.orm import Session
 
 from models import Action, ActionState, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.errors import NightshiftError, StatusConflict
+from pipeline.errors import NightshiftError, StatusConflict, UnknownAction
 from pipeline.logs import get_logger
 from pipeline.runs.waits import wake_for_action_txn
 
 log = get_logger("nightshift.decisions")
-
-
-class UnknownAction(NightshiftError):
-    """No action has that idempotency key."""
 
 
 class DecisionConflict(StatusConflict):
@@ -146,27 +142,3 @@ def _wake(run_id: uuid.UUID, key: str) -> None:
     order. If this never runs, the tick finds the decided action and wakes the run."""
     with transaction() as session:
         wake_for_action_txn(session, run_id, key)
-
-
-def list_actions(state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    query = select(Action).order_by(Action.created_at.desc()).limit(limit)
-    if state:
-        query = query.where(Action.state == ActionState(state))
-    with transaction() as session:
-        return [
-            {
-                "idempotency_key": a.idempotency_key,
-                "run_id": str(a.run_id),
-                "tool": a.tool,
-                "service": a.service,
-                "state": a.state.value,
-                "attempts": a.attempts,
-                "resolution": a.resolution,
-                "decision": a.decision,
-                "decided_by": a.decided_by,
-                "args": a.args,
-                "approvers": a.approvers,
-                "updated_at": a.updated_at.isoformat(),
-            }
-            for a in session.scalars(query)
-        ]

@@ -1,4 +1,4 @@
-"""Read models the status page adds to pipeline.queries and pipeline.batches: one action."""
+"""Actions as people read them: lists by state, and one action to decide about."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from models import Action
-from pipeline.db import transaction
-from pipeline.runs.decisions import UnknownAction
-from pipeline.views.runs import _plain
+from models import Action, ActionState
+from pipeline.db import read_only
+from pipeline.errors import UnknownAction
+from pipeline.views.runs import plain
 
 ACTION_FIELDS = (
     "idempotency_key", "run_id", "tool", "service", "args", "state", "attempts", "resolution",
@@ -20,9 +20,33 @@ ACTION_FIELDS = (
 
 def show_action(key: str) -> dict[str, Any]:
     """One action as a person deciding about it needs to see it."""
-    with transaction() as session:
+    with read_only() as session:
         action = session.scalar(select(Action).where(Action.idempotency_key == key))
         if action is None:
             raise UnknownAction(f"no action has idempotency key {key!r}")
-        shown = {name: _plain(getattr(action, name)) for name in ACTION_FIELDS}
+        shown = {name: plain(getattr(action, name)) for name in ACTION_FIELDS}
         return shown | {"state": action.state.value}
+
+
+def list_actions(state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    query = select(Action).order_by(Action.created_at.desc()).limit(limit)
+    if state:
+        query = query.where(Action.state == ActionState(state))
+    with read_only() as session:
+        return [
+            {
+                "idempotency_key": a.idempotency_key,
+                "run_id": str(a.run_id),
+                "tool": a.tool,
+                "service": a.service,
+                "state": a.state.value,
+                "attempts": a.attempts,
+                "resolution": a.resolution,
+                "decision": a.decision,
+                "decided_by": a.decided_by,
+                "args": a.args,
+                "approvers": a.approvers,
+                "updated_at": a.updated_at.isoformat(),
+            }
+            for a in session.scalars(query)
+        ]

@@ -13,7 +13,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from models import Action, ActionState, Batch, BatchStatus, Run, RunStatus
-from pipeline.db import transaction
+from pipeline.db import read_only
 from pipeline.errors import NightshiftError
 
 # How each run status counts for an operator.
@@ -93,7 +93,7 @@ class BatchProgress:
 
 
 def show_batch(batch_id: str) -> BatchProgress:
-    with transaction() as session:
+    with read_only() as session:
         found = progress_txn(session, [batch_id])
     if not found:
         raise UnknownBatch(f"no batch has id {batch_id!r} (see `nightshift batches list`)")
@@ -101,7 +101,7 @@ def show_batch(batch_id: str) -> BatchProgress:
 
 
 def list_batches(limit: int = 20) -> list[BatchProgress]:
-    with transaction() as session:
+    with read_only() as session:
         newest = select(Batch.id).order_by(Batch.created_at.desc(), Batch.id).limit(limit)
         return progress_txn(session, list(session.scalars(newest)))
 

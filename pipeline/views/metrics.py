@@ -32,7 +32,7 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from models import Action, ActionState, Resumption, Run, RunStatus
-from pipeline.db import broker_url, transaction
+from pipeline.db import broker_url, read_only
 from pipeline.settings import Settings, get_settings
 
 # Resends the action protocol made on purpose, each for a reason that makes it safe.
@@ -88,7 +88,7 @@ def _ratio(part: int, whole: int) -> float | None:
 
 def collect(settings: Settings | None = None) -> Metrics:
     settings = settings or get_settings()
-    with transaction() as session:
+    with read_only() as session:
         metrics = collect_txn(session)
     return replace(metrics, queue=settings.queue, queue_depth=queue_depth(settings))
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 
 from models import Action, JournalEntry, Run
-from pipeline.db import transaction
+from pipeline.db import read_only
 from pipeline.errors import RunNotFound
 from pipeline.runs.summaries import summarize
 
@@ -21,10 +21,10 @@ RUN_FIELDS = (
 
 
 def run_dict(run: Run) -> dict[str, Any]:
-    return {name: _plain(getattr(run, name)) for name in RUN_FIELDS}
+    return {name: plain(getattr(run, name)) for name in RUN_FIELDS}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     if hasattr(value, "isoformat"):
@@ -46,12 +46,12 @@ def list_runs(
         query = query.where(Run.agent == agent)
     if batch:
         query = query.where(Run.batch_id == batch)
-    with transaction() as session:
+    with read_only() as session:
         return [run_dict(run) for run in session.scalars(query)]
 
 
 def show_run(run_id: uuid.UUID) -> dict[str, Any]:
-    with transaction() as session:
+    with read_only() as session:
         run = session.get(Run, run_id)
         if run is None:
             raise RunNotFound(f"no run has id {run_id}")

@@ -18,9 +18,9 @@ from sqlalchemy import func, select, update
 from models import Action, ActionState, Run, RunStatus
 from pipeline.app import app
 from pipeline.db import transaction
-from pipeline.errors import RunStopped, StopStep
+from pipeline.errors import RunStopped, StopStep, UnknownAction
 from pipeline.runs.cancel import cancel_run
-from pipeline.runs.decisions import Decision, DecisionConflict, UnknownAction, decide
+from pipeline.runs.decisions import Decision, DecisionConflict, decide
 from pipeline.runs.start import create_run_txn, start_run
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.web import WebSandbox
