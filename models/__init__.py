@@ -9,6 +9,7 @@ from models.resumption import ResumeCause, Resumption
 from models.run import Run
 from models.schedule import Event, ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
+from models.webhook import WebhookDelivery
 
 __all__ = [
     "Action",
@@ -26,4 +27,5 @@ __all__ = [
     "Run",
     "RunStatus",
     "ScheduleFire",
+    "WebhookDelivery",
 ]

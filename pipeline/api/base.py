@@ -45,7 +45,10 @@ class ApiConfig:
     api_token: str | None = field(default=None, repr=False)
     metrics_token: str | None = field(default=None, repr=False)
     """A read-only token for Prometheus: it opens /metrics and nothing else."""
-    webhook_secret: str | None = field(default=None, repr=False)
+    approval_webhook_secret: str | None = field(default=None, repr=False)
+    """Signs `POST /approvals/...`: a different secret from the events', so an event sender
+    cannot sign an approval."""
+    event_webhook_secret: str | None = field(default=None, repr=False)
     insecure_no_auth: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY
 
@@ -59,13 +62,27 @@ class ApiConfig:
             raise SettingsError(
                 f"NIGHTSHIFT_API_MAX_BODY_BYTES must be a whole number >= 1024 (got {raw_limit!r})"
             )
+        if env.get("NIGHTSHIFT_WEBHOOK_SECRET"):
+            raise SettingsError(
+                "NIGHTSHIFT_WEBHOOK_SECRET is no longer read: approvals and events have "
+                "separate secrets now; set NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET and "
+                "NIGHTSHIFT_EVENT_WEBHOOK_SECRET (two different values) and unset it"
+            )
         config = cls(
             api_token=_secret(env, "NIGHTSHIFT_API_TOKEN"),
             metrics_token=_secret(env, "NIGHTSHIFT_METRICS_TOKEN"),
-            webhook_secret=_secret(env, "NIGHTSHIFT_WEBHOOK_SECRET"),
+            approval_webhook_secret=_secret(env, "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET"),
+            event_webhook_secret=_secret(env, "NIGHTSHIFT_EVENT_WEBHOOK_SECRET"),
             insecure_no_auth=insecure_no_auth,
             max_body_bytes=int(raw_limit),
         )
+        if config.approval_webhook_secret and (
+            config.approval_webhook_secret == config.event_webhook_secret
+        ):
+            raise SettingsError(
+                "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET and NIGHTSHIFT_EVENT_WEBHOOK_SECRET must "
+                "differ: with one secret, whoever may send events could sign approvals"
+            )
         if config.api_token is None and not insecure_no_auth:
             raise SettingsError(
                 "NIGHTSHIFT_API_TOKEN is not set, so the API would be open to anyone: set it "

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from models import RunStatus
 from pipeline.api import webhooks
 from pipeline.api.base import ApiConfig, ApiError, describe_validation
+from pipeline.api.replays import first_delivery
 from pipeline.db import broker_url, get_engine
 from pipeline.errors import RunNotFound
 from pipeline.runs.cancel import cancel_run
@@ -148,34 +149,47 @@ def batch(batch_id: str) -> dict[str, Any]:
 
 # -- signed webhooks ------------------------------------------------------------------------
 
-_SIGNED = {
-    "security": [],
-    "parameters": [
-        {"name": webhooks.TIMESTAMP_HEADER, "in": "header", "required": True,
-         "schema": {"type": "string"}, "description": "Unix seconds; at most 5 minutes off."},
-        {"name": webhooks.SIGNATURE_HEADER, "in": "header", "required": True,
-         "schema": {"type": "string"},
-         "description": 'sha256=<hex HMAC-SHA256(NIGHTSHIFT_WEBHOOK_SECRET, f"{timestamp}.'
-                        '{raw body}")>'},
-    ],
-}  # fmt: skip
+
+def _signed(secret_variable: str) -> dict[str, Any]:
+    return {
+        "security": [],
+        "parameters": [
+            {"name": webhooks.TIMESTAMP_HEADER, "in": "header", "required": True,
+             "schema": {"type": "string"}, "description": "Unix seconds; at most 5 minutes off."},
+            {"name": webhooks.SIGNATURE_HEADER, "in": "header", "required": True,
+             "schema": {"type": "string"},
+             "description": f"v2=<hex HMAC-SHA256({secret_variable}, "
+                            'f"{timestamp}\\n{METHOD}\\n{path}\\n" + raw body)>; each '
+                            "signature is accepted once."},
+        ],
+    }  # fmt: skip
 
 
-async def signed_body(request: Request, model: type[BaseModel]) -> Any:
-    """Verify the signature over the raw body, then parse it: 503, 401, 400 or 422."""
-    secret = _config(request).webhook_secret
+async def signed_body(
+    request: Request, model: type[BaseModel], secret: str | None, variable: str
+) -> Any:
+    """Verify the signature over the method, path and raw body, refuse a replay, then parse
+    the body: 503, 401, 400 or 422."""
     if secret is None:
-        raise ApiError(503, "webhooks are disabled: NIGHTSHIFT_WEBHOOK_SECRET is not set")
+        raise ApiError(503, f"this webhook is disabled: {variable} is not set")
     raw = await request.body()
     try:
-        webhooks.verify(
+        digest = webhooks.verify(
             secret,
             request.headers.get(webhooks.TIMESTAMP_HEADER),
             request.headers.get(webhooks.SIGNATURE_HEADER),
+            request.method,
+            request.scope["path"],  # percent-decoded, as routed: %3A and : sign the same
             raw,
         )
     except webhooks.BadSignature as exc:
         raise ApiError(401, str(exc)) from None
+    if not await run_in_threadpool(first_delivery, digest, webhooks.TOLERANCE_SECONDS):
+        raise ApiError(
+            401,
+            "this signed request was already received (a replay); sign each delivery anew, "
+            "with its own timestamp",
+        )
     try:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -194,19 +208,26 @@ class ApprovalDecision(BaseModel):
     note: str | None = Field(default=None, max_length=2000)
 
 
-def _extra(model: type[BaseModel]) -> dict[str, Any]:
+def _extra(model: type[BaseModel], secret_variable: str) -> dict[str, Any]:
     body = {"content": {"application/json": {"schema": model.model_json_schema()}}}
-    return {**_SIGNED, "requestBody": {"required": True, **body}}
+    return {**_signed(secret_variable), "requestBody": {"required": True, **body}}
+
+
+_APPROVAL_SECRET = "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET"
+_EVENT_SECRET = "NIGHTSHIFT_EVENT_WEBHOOK_SECRET"
 
 
 @router.post(
-    "/approvals/{action_key:path}", tags=["webhooks"], openapi_extra=_extra(ApprovalDecision)
+    "/approvals/{action_key:path}",
+    tags=["webhooks"],
+    openapi_extra=_extra(ApprovalDecision, _APPROVAL_SECRET),
 )
 async def approval(action_key: str, request: Request) -> dict[str, Any]:
     """Approve or reject a pending action, once: a repeated identical decision returns the
     first outcome with "first": false; a different one is refused (409)."""
 
-    body: ApprovalDecision = await signed_body(request, ApprovalDecision)
+    secret = _config(request).approval_webhook_secret
+    body: ApprovalDecision = await signed_body(request, ApprovalDecision, secret, _APPROVAL_SECRET)
     result = await run_in_threadpool(decide, action_key, body.decision, body.by, body.note)
     return {
         "action_key": result.action_key,
@@ -224,11 +245,16 @@ class EventDelivery(BaseModel):
     payload: dict[str, Any]
 
 
-@router.post("/events/{source}", tags=["webhooks"], openapi_extra=_extra(EventDelivery))
+@router.post(
+    "/events/{source}",
+    tags=["webhooks"],
+    openapi_extra=_extra(EventDelivery, _EVENT_SECRET),
+)
 async def event(source: str, request: Request) -> JSONResponse:
     """Start the source's run for this event once; a repeated event id returns its run (200)."""
 
-    body: EventDelivery = await signed_body(request, EventDelivery)
+    secret = _config(request).event_webhook_secret
+    body: EventDelivery = await signed_body(request, EventDelivery, secret, _EVENT_SECRET)
     started = await run_in_threadpool(start_from_event, source, body.event_id, body.payload)
     return JSONResponse(
         {

@@ -24,7 +24,8 @@ from pipeline.db import transaction
 from pipeline.runs.start import create_run_txn
 
 TOKEN = "test-api-token-not-secret-0123456789"
-SECRET = "test-webhook-secret-not-secret-0123"
+APPROVAL_SECRET = "test-approval-secret-not-secret-0123"
+EVENT_SECRET = "test-event-secret-not-secret-456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 # The patch agent's approval-gated tool: opening a pull request needs a person's yes.
@@ -39,7 +40,12 @@ PR_ARGS = {
 
 
 def make_app(**overrides: Any) -> FastAPI:
-    config = {"api_token": TOKEN, "webhook_secret": SECRET, **overrides}
+    config = {
+        "api_token": TOKEN,
+        "approval_webhook_secret": APPROVAL_SECRET,
+        "event_webhook_secret": EVENT_SECRET,
+        **overrides,
+    }
     return create_app(ApiConfig(**config))
 
 
@@ -47,11 +53,16 @@ def client(**overrides: Any) -> TestClient:
     return TestClient(make_app(**overrides))
 
 
-def signed(body: dict[str, Any] | bytes, secret: str = SECRET, **extra: Any) -> dict[str, Any]:
-    """httpx keyword arguments for a signed webhook request."""
+def signed(
+    path: str, body: dict[str, Any] | bytes, secret: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """httpx keyword arguments for a webhook POST to `path`, signed for it (with the approval
+    or the event secret, by the path)."""
+    if secret is None:
+        secret = EVENT_SECRET if path.startswith("/events/") else APPROVAL_SECRET
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json", **signed_headers(secret, raw, **extra)}
-    return {"content": raw, "headers": headers}
+    signature = signed_headers(secret, "POST", path, raw, **extra)
+    return {"content": raw, "headers": {"Content-Type": "application/json", **signature}}
 
 
 def park_on_approval(

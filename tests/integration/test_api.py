@@ -234,6 +234,29 @@ def test_the_api_refuses_to_start_without_a_token(
     assert open_api.get("/runs").status_code == 200
 
 
+def test_approvals_and_events_need_two_different_webhook_secrets() -> None:
+    token = {"NIGHTSHIFT_API_TOKEN": TOKEN}
+    with pytest.raises(SettingsError, match="NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET and"):
+        ApiConfig.from_env({**token, "NIGHTSHIFT_WEBHOOK_SECRET": "the-old-single-secret-1"})
+    same = "one-secret-for-both-0123"
+    with pytest.raises(SettingsError, match="must differ"):
+        ApiConfig.from_env(
+            {
+                **token,
+                "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET": same,
+                "NIGHTSHIFT_EVENT_WEBHOOK_SECRET": same,
+            }
+        )
+    config = ApiConfig.from_env(
+        {
+            **token,
+            "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET": "approvals-secret-0123",
+            "NIGHTSHIFT_EVENT_WEBHOOK_SECRET": "events-secret-0123456",
+        }
+    )
+    assert "approvals-secret" not in repr(config) and "events-secret" not in repr(config)
+
+
 def test_health_checks_the_database_and_the_broker(
     api: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -67,7 +67,8 @@ def launch(db_url: str, tmp_path: Path) -> Iterator:
         "NIGHTSHIFT_DATA_DIR": str(tmp_path / "data"),
         "NIGHTSHIFT_FLOWER_BASIC_AUTH": "ops:night-owl",
         "NIGHTSHIFT_API_TOKEN": "compose-test-token-0123456789",
-        "NIGHTSHIFT_WEBHOOK_SECRET": "compose-test-secret-0123456789",
+        "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET": "compose-test-approvals-0123456789",
+        "NIGHTSHIFT_EVENT_WEBHOOK_SECRET": "compose-test-events-0123456789",
     }
 
     def start(name: str, argv: list[str]) -> Started:

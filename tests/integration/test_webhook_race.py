@@ -1,9 +1,11 @@
-"""The approval webhook fired twice at the same moment, with a valid signature, against a live
-server and a real worker: one decision, one pull request."""
+"""The approval webhook fired twice at the same moment against a live server and a real
+worker: the same delivery twice (one accepted, the replay refused) and two deliveries signed
+apart (one decision, the other told it repeated it): one pull request."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -29,24 +31,37 @@ def test_the_approval_webhook_fired_twice_at_once_opens_one_pull_request(
     run_id = start_run("patch", BUG).run_id
     wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
 
+    path = f"/approvals/{PR_KEY}"
+    body = {"decision": "approve", "by": "alice@example.com"}
     with live_server(make_app()) as base:
-        request = signed({"decision": "approve", "by": "alice@example.com"})
-        barrier = threading.Barrier(2)
-        answers: list[httpx.Response] = []
+        # the same delivery twice at once (a sender's retry, or a capture replayed)
+        same = signed(path, body)
+        duplicated = fire_at_once(f"{base}{path}", [same, same])
+        # two deliveries signed apart, at once (two buttons pressed)
+        apart = [signed(path, body, now=time.time() + i) for i in (1, 2)]
+        separate = fire_at_once(f"{base}{path}", apart)
 
-        def fire() -> None:
-            barrier.wait()
-            answers.append(httpx.post(f"{base}/approvals/{PR_KEY}", timeout=10, **request))
-
-        threads = [threading.Thread(target=fire) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-
-    assert [a.status_code for a in answers] == [200, 200]
-    assert sorted(a.json()["first"] for a in answers) == [False, True]
+    assert sorted(a.status_code for a in duplicated) == [200, 401]
+    assert [a.json()["first"] for a in duplicated if a.status_code == 200] == [True]
+    assert [a.status_code for a in separate] == [200, 200]
+    assert [a.json()["first"] for a in separate] == [False, False]
     row = wait_for_status(run_id, {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}, 60)
     assert row.status == RunStatus.SUCCEEDED, row.error
     assert len([e for e in githost.log.entries() if e["action"] == "opened"]) == 1
     githost.stop()
+
+
+def fire_at_once(url: str, requests: list[dict]) -> list[httpx.Response]:
+    barrier = threading.Barrier(len(requests))
+    answers: list[httpx.Response] = []
+
+    def fire(request: dict) -> None:
+        barrier.wait()
+        answers.append(httpx.post(url, timeout=10, **request))
+
+    threads = [threading.Thread(target=fire, args=(r,)) for r in requests]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers

@@ -1,12 +1,18 @@
-"""Signed webhooks: approvals decided once, events started once, and every unsigned, stale or
-tampered request refused with 401 before anything is read or written."""
+"""Signed webhooks: approvals decided once, events started once, and every unsigned, stale,
+tampered, replayed or re-addressed request refused with 401 before anything is read or
+written."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import os
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,11 +20,14 @@ from fastapi.testclient import TestClient
 from models import ActionState, Event, Run, RunStatus
 from pipeline.api.webhooks import BadSignature, signature, verify
 from tests.integration.api_fixtures import (
+    APPROVAL_SECRET,
+    EVENT_SECRET,
     PR_KEY,
-    SECRET,
     action_row,
     client,
     count,
+    live_server,
+    make_app,
     park_on_approval,
     signed,
 )
@@ -34,25 +43,35 @@ def api(db_url: str) -> TestClient:
 
 
 def approval(api: TestClient, body: dict | bytes, key: str = PR_KEY, **sign: object):
-    return api.post(f"/approvals/{key}", **signed(body, **sign))  # type: ignore[arg-type]
+    path = f"/approvals/{key}"
+    return api.post(path, **signed(path, body, **sign))  # type: ignore[arg-type]
 
 
-def test_the_signature_is_hmac_sha256_over_timestamp_dot_body() -> None:
+def test_the_signature_is_hmac_sha256_over_timestamp_method_path_and_body() -> None:
     body = b'{"decision": "approve"}'
-    expected = hmac.new(SECRET.encode(), b"1764400000." + body, hashlib.sha256).hexdigest()
-    assert signature(SECRET, "1764400000", body) == f"sha256={expected}"
-    verify(SECRET, "1764400000", f"sha256={expected}", body, now=1764400000 + 299)
+    path = "/approvals/pr:acme/shop:patch/issue-7"
+    message = b"1764400000\nPOST\n" + path.encode() + b"\n" + body
+    expected = hmac.new(APPROVAL_SECRET.encode(), message, hashlib.sha256).hexdigest()
+    assert signature(APPROVAL_SECRET, "1764400000", "POST", path, body) == f"v2={expected}"
+    given = f"v2={expected}"
+    assert verify(APPROVAL_SECRET, "1764400000", given, "POST", path, body, now=1764400299) == (
+        expected
+    )
     with pytest.raises(BadSignature, match="in the past"):
-        verify(SECRET, "1764400000", f"sha256={expected}", body, now=1764400000 + 301)
+        verify(APPROVAL_SECRET, "1764400000", given, "POST", path, body, now=1764400301)
+    with pytest.raises(BadSignature, match="does not match"):
+        verify(APPROVAL_SECRET, "1764400000", given, "POST", path + "1", body, now=1764400000)
+    with pytest.raises(BadSignature, match="control characters"):
+        verify(APPROVAL_SECRET, "1764400000", given, "POST", path + "\n", body, now=1764400000)
 
 
 def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
     # given a patch run waiting for a person to approve its pull request
     run_id = park_on_approval()
 
-    # when the approval webhook fires, then fires again (a retry, or a replay in the window)
+    # when the approval webhook fires, then again (a sender's retry, signed anew)
     first = approval(api, APPROVE)
-    again = approval(api, APPROVE)
+    again = approval(api, APPROVE, now=time.time() + 1)
 
     # then the first decided, woke the run, and the repeat returned the first outcome
     assert first.status_code == 200, first.text
@@ -93,27 +112,50 @@ def test_unknown_actions_and_strangers_are_refused(api: TestClient) -> None:
     assert approval(api, APPROVE).json()["first"] is True
 
 
+PR_PATH = f"/approvals/{PR_KEY}"
+
+
 def _tampered(api: TestClient) -> object:
-    request = signed(APPROVE)
-    request["content"] = json.dumps({**APPROVE, "by": "mallory@example.com"}).encode()
-    return api.post(f"/approvals/{PR_KEY}", **request)
+    request = signed(PR_PATH, APPROVE)
+    request["content"] = json.dumps({**APPROVE, "note": "and the other one"}).encode()
+    return api.post(PR_PATH, **request)
 
 
 def _unsigned(api: TestClient) -> object:
-    return api.post(f"/approvals/{PR_KEY}", json=APPROVE)
+    return api.post(PR_PATH, json=APPROVE)
 
 
 def _with(**headers: str):
     def send(api: TestClient) -> object:
-        request = signed(APPROVE)
+        request = signed(PR_PATH, APPROVE)
         request["headers"] = {**request["headers"], **headers}
-        return api.post(f"/approvals/{PR_KEY}", **request)
+        return api.post(PR_PATH, **request)
 
     return send
 
 
+def _signed_for_another_action(api: TestClient) -> object:
+    # finding 1: a captured approval of issue 1 was accepted for the pending issue 7
+    return api.post(PR_PATH, **signed("/approvals/pr:acme/shop:patch/issue-1", APPROVE))
+
+
+def _old_scheme(api: TestClient) -> object:
+    raw = json.dumps(APPROVE).encode()
+    timestamp = str(int(time.time()))
+    mac = hmac.new(APPROVAL_SECRET.encode(), timestamp.encode() + b"." + raw, hashlib.sha256)
+    headers = {
+        "Content-Type": "application/json",
+        "X-Nightshift-Timestamp": timestamp,
+        "X-Nightshift-Signature": f"sha256={mac.hexdigest()}",
+    }
+    return api.post(PR_PATH, content=raw, headers=headers)
+
+
 REFUSED = {
     "unsigned": (_unsigned, "missing"),
+    "signed for another action": (_signed_for_another_action, "does not match"),
+    "the event secret": (lambda api: approval(api, APPROVE, secret=EVENT_SECRET), "does not match"),
+    "the old scheme (timestamp and body)": (_old_scheme, "old scheme"),
     "another secret": (lambda api: approval(api, APPROVE, secret="x" * 32), "does not match"),
     "a tampered body": (_tampered, "does not match"),
     "six minutes old": (lambda api: approval(api, APPROVE, now=time.time() - 360), "past"),
@@ -136,7 +178,7 @@ def test_a_bad_signature_is_401_and_changes_nothing(api: TestClient, case: str) 
     response = send(api)
     assert response.status_code == 401, response.text  # type: ignore[attr-defined]
     assert words in response.json()["error"]  # type: ignore[attr-defined]
-    assert SECRET not in response.text  # type: ignore[attr-defined]
+    assert APPROVAL_SECRET not in response.text  # type: ignore[attr-defined]
     assert action_row().state == ActionState.PENDING_APPROVAL
 
 
@@ -159,17 +201,49 @@ def test_a_signed_but_malformed_approval_is_refused(
     assert action_row().state == ActionState.PENDING_APPROVAL
 
 
-def test_webhooks_are_off_without_a_secret(db_url: str) -> None:
-    api = client(webhook_secret=None)
-    response = approval(api, APPROVE)
+def test_a_replayed_signature_is_refused_inside_the_window(api: TestClient) -> None:
+    # given an approval that was accepted
+    park_on_approval()
+    request = signed(PR_PATH, APPROVE)
+    assert api.post(PR_PATH, **request).status_code == 200
+
+    # when someone who captured it sends it again, a second later, well inside the window
+    replayed = api.post(PR_PATH, **request)
+
+    # then it is refused; a delivery signed anew gets the first outcome, as a retry should
+    assert replayed.status_code == 401
+    assert "already received" in replayed.json()["error"]
+    retried = approval(api, APPROVE, now=time.time() + 1)
+    assert (retried.status_code, retried.json()["first"]) == (200, False)
+
+
+def test_the_replay_cache_is_shared_by_every_api_process(api: TestClient) -> None:
+    # two API processes behind a load balancer: two apps, one database
+    other = client()
+    delivery = {"event_id": "req-7", "payload": REPORT_REQUEST}
+    request = signed("/events/ops-report-request", delivery)
+    assert api.post("/events/ops-report-request", **request).status_code == 201
+    replayed = other.post("/events/ops-report-request", **request)
+    assert replayed.status_code == 401 and "already received" in replayed.json()["error"]
+
+
+def test_each_webhook_is_off_without_its_secret(db_url: str) -> None:
+    no_approvals = client(approval_webhook_secret=None)
+    response = approval(no_approvals, APPROVE)
     assert response.status_code == 503
-    assert "NIGHTSHIFT_WEBHOOK_SECRET" in response.json()["error"]
+    assert "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET" in response.json()["error"]
+    no_events = client(event_webhook_secret=None)
+    delivery = {"event_id": "e1", "payload": REPORT_REQUEST}
+    response = no_events.post("/events/ops-report-request", **signed("/events/x", delivery))
+    assert response.status_code == 503
+    assert "NIGHTSHIFT_EVENT_WEBHOOK_SECRET" in response.json()["error"]
 
 
 def test_an_event_starts_one_run_however_often_it_arrives(api: TestClient) -> None:
     delivery = {"event_id": "req-42", "payload": REPORT_REQUEST}
-    first = api.post("/events/ops-report-request", **signed(delivery))
-    again = api.post("/events/ops-report-request", **signed(delivery))
+    path = "/events/ops-report-request"
+    first = api.post(path, **signed(path, delivery))
+    again = api.post(path, **signed(path, delivery, now=time.time() + 1))
     assert first.status_code == 201, first.text
     assert first.json()["duplicate"] is False
     assert again.status_code == 200
@@ -190,9 +264,41 @@ def test_an_event_starts_one_run_however_often_it_arrives(api: TestClient) -> No
 def test_a_bad_event_is_refused_and_starts_nothing(
     api: TestClient, path: str, body: dict, status: int, words: str
 ) -> None:
-    response = api.post(path, **signed(body))
+    response = api.post(path, **signed(path, body))
     assert response.status_code == status, response.text
     assert words in response.json()["error"]
     assert count(Run) == 0 and count(Event) == 0
     unsigned = api.post(path, json=body)
     assert unsigned.status_code == 401
+
+
+def test_an_event_signed_for_one_source_is_refused_for_another(api: TestClient) -> None:
+    delivery = {"event_id": "req-9", "payload": REPORT_REQUEST}
+    elsewhere = signed("/events/some-other-source", delivery)
+    response = api.post("/events/ops-report-request", **elsewhere)
+    assert response.status_code == 401 and "does not match" in response.json()["error"]
+    # nor does the approval secret sign events
+    wrong_secret = signed("/events/ops-report-request", delivery, secret=APPROVAL_SECRET)
+    assert api.post("/events/ops-report-request", **wrong_secret).status_code == 401
+    assert count(Run) == 0 and count(Event) == 0
+
+
+def readme_examples() -> list[tuple[str, str]]:
+    """The README's copy-paste signing examples: (language, code)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### Signed webhooks", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(python|sh)\n(.*?)```", section, flags=re.S)
+
+
+def test_the_readme_examples_sign_events_the_server_accepts(db_url: str) -> None:
+    examples = readme_examples()
+    assert [language for language, _ in examples] == ["python", "sh"]
+    env = {**os.environ, "NIGHTSHIFT_EVENT_WEBHOOK_SECRET": EVENT_SECRET}
+    with live_server(make_app()) as base:
+        for language, code in examples:
+            code = code.replace("http://localhost:8000", base).replace("localhost:8000", base)
+            argv = [sys.executable, "-c", code] if language == "python" else ["sh", "-c", code]
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+            assert '"duplicate"' in done.stdout or "'duplicate'" in done.stdout, done.stdout
+    assert count(Run) == 2 and count(Event) == 2
