@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pipeline import Agent
-from pipeline.agent import BatchPlan, Block, Conversation, Slot, text
+from pipeline import Agent, ToolContext, tool
+from pipeline.agent import BatchPlan, Block, Conversation, Slot, text, tool_use
 from pipeline.agents import nightly_report
 
 
@@ -52,3 +52,42 @@ TEST_BATCH = Agent(
     script=lambda conversation: [text("Nothing to do.")],
     job=_two_team_reports,
 )
+
+
+def _echo_script(conversation: Conversation) -> list[Block]:
+    """Echo the input's word once, then say what came back."""
+    if not conversation.tool_results():
+        return [tool_use(0, 0, "shout", {"word": conversation.input["word"]})]
+    return [text(f"Heard: {conversation.tool_results()[-1]['content']}")]
+
+
+@tool(
+    description="Say a word louder (a local read-only tool).",
+    schema={
+        "type": "object",
+        "properties": {"word": {"type": "string", "maxLength": 40}},
+        "required": ["word"],
+        "additionalProperties": False,
+    },
+)
+def shout(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return {"loud": args["word"].upper()}
+
+
+ECHO = Agent(
+    name="echo_outside",
+    system="You are an agent that lives outside nightshift's package.",
+    instructions="Shout the input's word with the shout tool, then say what you heard.",
+    tools=(shout,),
+    input_schema={
+        "type": "object",
+        "properties": {"word": {"type": "string", "maxLength": 40}},
+        "required": ["word"],
+    },
+    script=_echo_script,
+)
+
+NOT_AN_AGENT = {"name": "a dict, not an agent"}
+
+LAZY_AS_REPORT = dataclasses.replace(LAZY_REPORT, name="nightly_report")
+"""Another agent that calls itself nightly_report: a name clash."""

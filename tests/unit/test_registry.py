@@ -1,0 +1,68 @@
+"""The agent registry: entry points and NIGHTSHIFT_AGENTS, and a one-line error for every
+way a registration can be wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import UnknownAgent
+from pipeline.registry import RegistryError, _Declared, _declared, build
+
+
+def declared(*paths: str) -> list[_Declared]:
+    return [_Declared(path, "NIGHTSHIFT_AGENTS") for path in paths]
+
+
+def test_the_shipped_agents_come_from_nightshifts_own_entry_points() -> None:
+    registry = build(_declared({}))
+    assert {"nightly_report", "patch", "competitor_monitor", "invoice_reminders"} <= set(
+        registry.agents
+    )
+    registered = registry.agents["nightly_report"]
+    assert registered.path == "pipeline.agents.nightly_report:AGENT"
+    assert "entry point 'nightly_report' of nightshift" in registered.source
+    assert registry.event_source("ops-report-request")[0].name == "nightly_report"
+
+
+def test_nightshift_agents_adds_a_module_outside_the_package() -> None:
+    env = {"NIGHTSHIFT_AGENTS": " tests.fixture_agents:ECHO , "}
+    registry = build(_declared(env))
+    assert registry.agent("echo_outside").tools[0].name == "shout"
+    assert registry.agents["echo_outside"].source == "NIGHTSHIFT_AGENTS"
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("tests.no_such_module:AGENT", "no module named 'tests.no_such_module'"),
+        ("tests.fixture_agents:MISSING", "module tests.fixture_agents has no attribute 'MISSING'"),
+        ("tests.fixture_agents:NOT_AN_AGENT", "is a dict, not a pipeline.Agent"),
+        ("tests.fixture_agents", "must look like 'package.module:ATTRIBUTE'"),
+    ],
+)
+def test_a_wrong_registration_is_one_line_naming_it(path: str, message: str) -> None:
+    with pytest.raises(RegistryError) as raised:
+        build(declared(path))
+    text = str(raised.value)
+    assert message in text and path in text and "\n" not in text
+
+
+def test_two_agents_with_one_name_are_refused() -> None:
+    with pytest.raises(RegistryError, match="two agents are named 'nightly_report'"):
+        build(
+            declared("pipeline.agents.nightly_report:AGENT", "tests.fixture_agents:LAZY_AS_REPORT")
+        )
+
+
+def test_an_entry_point_must_be_named_like_its_agent() -> None:
+    wrong = _Declared("tests.fixture_agents:ECHO", "entry point 'echo' of somebody", "echo")
+    with pytest.raises(RegistryError, match="entry point is named 'echo' but the agent is named"):
+        build([wrong])
+
+
+def test_an_unknown_agent_says_how_to_register_one() -> None:
+    registry = build(declared("tests.fixture_agents:ECHO"))
+    with pytest.raises(UnknownAgent) as raised:
+        registry.agent("nope")
+    assert "known agents: echo_outside" in str(raised.value)
+    assert "nightshift.agents" in str(raised.value) and "NIGHTSHIFT_AGENTS" in str(raised.value)
