@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.chaos.common import TRANSIENT, retrying
 from pipeline.chaos.faults import Approvals, pending_approvals
 from pipeline.db import transaction
+from pipeline.keys import batch_of_synthesis
 from pipeline.registry import agent_names
 from pipeline.runs.fanout import BatchPlan, create_batch_txn
 from pipeline.runs.start import start_run
@@ -179,4 +180,4 @@ class Workload:
         """Whether the workload started this run (itself, or through one of its batches)."""
         if run_id in self.runs or batch_id in self.batches:
             return True
-        return key is not None and key.removesuffix(":synthesis") in self.batches
+        return key is not None and batch_of_synthesis(key) in self.batches
