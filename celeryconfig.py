@@ -36,7 +36,13 @@ task_soft_time_limit = _settings.step_time_limit * 0.9
 
 # A pool child that dies is retried a bounded number of times (reject_on_worker_lost loops forever).
 task_retry_on_worker_lost = True
-worker_cancel_long_running_tasks_on_connection_loss = True
+# A step running when the broker connection drops finishes; it is not killed. Its ack cannot
+# reach the new connection, so Redis hands the message out again after the visibility timeout,
+# and the step's Postgres lease refuses that duplicate. Cancelling cannot stop a thread anyway
+# (the threads pool has no terminate), and on prefork it would throw away the step's work.
+# Celery 6 turns this on by default, hence explicit. The Redis-restart crash itself is handled
+# by pipeline.broker_guard, installed in pipeline.app.
+worker_cancel_long_running_tasks_on_connection_loss = False
 
 # Flower shows tasks from events; sent events make queued steps visible too.
 worker_send_task_events = True

@@ -9,7 +9,11 @@ from typing import Any
 from celery import Celery
 from sqlalchemy.orm import Session
 
+from pipeline.broker_guard import install as _install_broker_guard
 from pipeline.db import after_commit
+
+# Before any broker connection exists: a Redis restart must not kill the worker.
+_install_broker_guard()
 
 app = Celery("nightshift")
 app.config_from_object("celeryconfig")
