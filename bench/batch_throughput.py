@@ -1,6 +1,7 @@
 """Throughput on one worker host: many bench runs at once (scripted model, zero latency, one
-local tool call a step), in steps per second, against plain Celery chains of the same shape
-(one chain per run, one hop per step, each hop one committed row) on the same workers.
+local tool call a step), in steps per second, against chains of the same shape on a plain
+Celery app (bench/plain_celery.py: one chain per run, one hop per step, each hop one committed
+row), in the same run on the same broker and database.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ def baseline(chains: int, hops: int, label: str, timeout: float) -> float:
 
 
 def nightshift(runs: int, steps: int, label: str, timeout: float) -> float:
-    """Seconds for `runs` runs of `steps` steps, created first and then all enqueued at once."""
-    run_ids = common.create_runs(runs, steps, label)
+    """Seconds for `runs` runs of `steps` steps, created in one transaction whose commit sends
+    every first step; the clock starts at that commit (the first send), as for the chains."""
     done_before, _ = common.run_counts()
-    started = time.monotonic()  # the clock starts at the first send, as for the chains
-    common.enqueue(run_ids)
+    _, started = common.create_runs(runs, steps, label)
     return common.wait_for_runs(
         done_before + runs, timeout=timeout, label=f"runs {label}", started=started
     )
@@ -45,11 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     total = args.runs * args.steps
     timeout = 120 + total  # a generous second a step
 
+    slots = args.processes * args.threads
     with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
-        common.log(f"starting {args.processes} worker(s), threads x{args.threads} each")
+        common.log(f"starting the plain Celery worker (prefork x{slots})")
+        bench.plain_worker(concurrency=slots)
+        common.log(f"starting {args.processes} worker(s), x{args.threads} each")
         for i in range(args.processes):
             bench.worker(f"w{i + 1}", concurrency=args.threads)
-        warm = max(args.processes * args.threads, 10)
+        warm = max(slots, 10)
         baseline(warm, 2, "warmup", timeout)
         nightshift(warm, 2, "warmup", timeout)
         with common.CpuMeter(bench.processes) as hop_cpu:
@@ -60,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     hop_rate, step_rate = total / hop_seconds, total / step_seconds
     common.print_table(
         f"batch_throughput: {args.runs} x {args.steps} on {args.processes} worker process(es)"
-        f" x {args.threads} threads",
+        f" x {args.threads} slots vs a plain Celery app on prefork x {slots}",
         ["", "tasks", "wall", "per second", "machine CPU"],
         [
             [
@@ -85,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         "wall = from the first send until the last hop is committed / the last run is finished",
         "the database, the broker, the workers and this process share the machine's cores",
         f"machine CPU a hop: {hop_cpu.per_task(total)}; a step: {step_cpu.per_task(total)}",
+        f"worker CPU (user + system, pool children included) a hop: "
+        f"{hop_cpu.worker_per_task(total, 'plain workers')}; a step: "
+        f"{step_cpu.worker_per_task(total)}",
         f"CPU in cores, hops: {hop_cpu.breakdown()}",
         f"CPU in cores, steps: {step_cpu.breakdown()}",
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import plain_celery
 import psutil
 import psycopg
 import redis
@@ -85,6 +86,8 @@ class CpuMeter:
 
     def __init__(self, workers: Sequence[CeleryProcess] = ()) -> None:
         self._workers = workers
+        self.seconds: dict[str, float] = {}
+        """CPU seconds (user + system) each group used meanwhile."""
 
     def __enter__(self) -> CpuMeter:
         self._started = time.monotonic()
@@ -103,18 +106,16 @@ class CpuMeter:
         idle = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
         self.busy = (total - idle) / total if total > 0 else 0.0
         self.connections = db_sessions() - self._start_sessions
-        self.groups: dict[str, float] = {}
         for pid, (group, used) in self._by_process().items():
             before = self._start_procs.get(pid, (group, 0.0))[1]
-            self.groups[group] = self.groups.get(group, 0.0) + (used - before) / max(wall, 1e-9)
+            self.seconds[group] = self.seconds.get(group, 0.0) + used - before
+        self.groups = {group: used / max(wall, 1e-9) for group, used in self.seconds.items()}
 
     def _by_process(self) -> dict[int, tuple[str, float]]:
-        workers: set[int] = set()
+        workers: dict[int, str] = {}
         for worker in self._workers:
-            if worker.process is not None and worker.process.poll() is None:
-                workers.add(worker.pid)
-                with contextlib.suppress(psutil.Error):
-                    workers.update(c.pid for c in psutil.Process(worker.pid).children(True))
+            group = "plain workers" if isinstance(worker, PlainProcess) else "workers"
+            workers.update(dict.fromkeys(tree_pids(worker), group))
         found: dict[int, tuple[str, float]] = {}
         for process in psutil.process_iter(["name", "cpu_times"]):
             times = process.info["cpu_times"]
@@ -122,7 +123,7 @@ class CpuMeter:
                 continue
             name = process.info["name"] or ""
             if process.pid in workers:
-                group = "workers"
+                group = workers[process.pid]
             elif process.pid == os.getpid():
                 group = "bench process"
             elif name.startswith(("postgres", "postmaster")):
@@ -141,6 +142,11 @@ class CpuMeter:
         """Machine CPU time per task (all processes): what bounds throughput when CPU-bound."""
         spent = self.busy * (psutil.cpu_count() or 1) * self.wall
         return ms(spent / max(tasks, 1))
+
+    def worker_per_task(self, tasks: int, group: str = "workers") -> str:
+        """CPU (user + system) of nightshift's workers, or with group="plain workers" of the
+        plain baseline's, pool children included, per task."""
+        return ms(self.seconds.get(group, 0.0) / max(tasks, 1))
 
     def breakdown(self) -> str:
         order = sorted(self.groups.items(), key=lambda item: -item[1])
@@ -214,16 +220,51 @@ def _drop_database(db_url: str, name: str) -> None:
 
 
 class BenchProcess(CeleryProcess):
-    """A worker that also loads the baseline tasks (`--include`), so both share one worker."""
+    """A nightshift worker as the benchmarks start it."""
 
     def argv(self) -> list[str]:
-        argv = super().argv()
-        if self.beat:
-            return argv
         # Celery takes `--pool=prefork` for "no --pool given" and uses the configured
-        # worker_pool (threads) instead; `processes` is its alias that really means prefork.
-        argv = ["--pool=processes" if arg == "--pool=prefork" else arg for arg in argv]
-        return [*argv, "--include=baseline_tasks"]
+        # worker_pool instead; `processes` is its alias that really means prefork.
+        return ["--pool=processes" if arg == "--pool=prefork" else arg for arg in super().argv()]
+
+
+class PlainProcess(CeleryProcess):
+    """A worker of the plain baseline app (bench/plain_celery.py), prefork, on its own queue.
+    It logs only warnings, so it is ready once a warm-up chain went through."""
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "plain_celery", "worker", "-n", self.nodename,
+            "--loglevel=WARNING", "--pool=prefork", f"--concurrency={self.concurrency}",
+            "-Q", plain_celery.QUEUE, "--without-mingle", "--without-gossip",
+            "--without-heartbeat",
+        ]  # fmt: skip
+
+    def ready(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"{self.name} exited early:\n{self.log()[-3000:]}")
+        return True
+
+
+def tree_pids(process: CeleryProcess) -> set[int]:
+    """A live worker's pid and its pool children's."""
+    if process.process is None or process.process.poll() is not None:
+        return set()
+    pids = {process.pid}
+    with contextlib.suppress(psutil.Error):
+        pids.update(c.pid for c in psutil.Process(process.pid).children(recursive=True))
+    return pids
+
+
+def cpu_seconds(processes: Sequence[CeleryProcess]) -> float:
+    """User + system CPU seconds used so far by these workers and their pool children."""
+    total = 0.0
+    for process in processes:
+        for pid in tree_pids(process):
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(pid).cpu_times()
+                total += times.user + times.system
+    return total
 
 
 @dataclass
@@ -262,6 +303,20 @@ class Scratch:
         )
         self.processes.append(process)
         return process.start(wait=wait)
+
+    def plain_worker(self, name: str = "plain", *, concurrency: int = 1) -> PlainProcess:
+        """The plain baseline's prefork worker, ready once a warm-up chain of 20 hops ran."""
+        process = PlainProcess(
+            name=name,
+            log_path=self.log_dir / f"{name}.log",
+            env={"PLAIN_DB_URL": plain_celery.libpq_url(self.db_url)},
+            pool="prefork",
+            concurrency=concurrency,
+        )
+        self.processes.append(process)
+        process.start(wait=True)
+        run_chain(f"warmup-{name}", 20, timeout=60)
+        return process
 
     def beat(self, env: dict[str, str] | None = None) -> CeleryProcess:
         process = CeleryProcess(
@@ -327,6 +382,8 @@ def scratch(
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(BENCH_DIR), str(REPO), os.environ.get("PYTHONPATH")) if p
     )
+    os.environ["PLAIN_BROKER_URL"] = bench.broker_url
+    plain_celery.configure(bench.broker_url)
     if model_url is None:
         os.environ.pop("ANTHROPIC_API_KEY", None)
         os.environ.pop("ANTHROPIC_BASE_URL", None)
@@ -338,9 +395,7 @@ def scratch(
     bench.flush_broker()
     failed = True
     try:
-        import baseline_tasks
-
-        baseline_tasks.create_table()
+        sql(plain_celery.CREATE_TABLE)
         yield bench
         failed = False
     finally:
@@ -384,21 +439,20 @@ def sql(statement: str, **params: Any) -> list[Any]:
         return list(result) if result.returns_rows else []
 
 
-def create_runs(count: int, steps: int, label: str = "") -> list[uuid.UUID]:
-    """Create `count` bench runs in one transaction; nothing is enqueued yet."""
-    from pipeline.db import transaction
+def create_runs(count: int, steps: int, label: str = "") -> tuple[list[uuid.UUID], float]:
+    """Create `count` bench runs in one transaction, whose commit sends each its first step
+    (create_run_txn does, once per run). Returns the ids and the time.monotonic() of the
+    commit, just before the first send: where a benchmark's clock starts."""
+    from pipeline.db import after_commit, transaction
     from pipeline.runs.start import create_run_txn
 
     run_input: dict[str, Any] = {"steps": steps, "label": label} if label else {"steps": steps}
+    committed: list[float] = []
     with transaction() as session:
-        return [create_run_txn(session, AGENT, run_input).run_id for _ in range(count)]
-
-
-def enqueue(run_ids: Sequence[uuid.UUID]) -> None:
-    from pipeline.app import send_step
-
-    for run_id in run_ids:
-        send_step(run_id, agent=AGENT)
+        # Registered first, so it runs after the commit and before the sends.
+        after_commit(session, lambda: committed.append(time.monotonic()))
+        run_ids = [create_run_txn(session, AGENT, run_input).run_id for _ in range(count)]
+    return run_ids, committed[0]
 
 
 def run_counts() -> tuple[int, int]:
@@ -474,7 +528,7 @@ def step_intervals(run_id: uuid.UUID) -> dict[int, float]:
 def hop_intervals(chain: str) -> list[float]:
     """Seconds between consecutive commits of one baseline chain."""
     rows = sql(
-        "SELECT extract(epoch FROM created_at) FROM bench_hops WHERE chain = :chain ORDER BY hop",
+        "SELECT extract(epoch FROM created_at) FROM plain_hops WHERE chain = :chain ORDER BY hop",
         chain=chain,
     )
     stamps = [float(r[0]) for r in rows]
@@ -484,14 +538,13 @@ def hop_intervals(chain: str) -> list[float]:
 def hop_count(chain: str | None = None) -> int:
     """Hops committed by one chain, or by all chains."""
     if chain is None:
-        return int(sql("SELECT count(*) FROM bench_hops")[0][0])
-    return int(sql("SELECT count(*) FROM bench_hops WHERE chain = :chain", chain=chain)[0][0])
+        return int(sql("SELECT count(*) FROM plain_hops")[0][0])
+    return int(sql("SELECT count(*) FROM plain_hops WHERE chain = :chain", chain=chain)[0][0])
 
 
 def start_chain(chain: str, length: int) -> None:
-    import baseline_tasks  # imports the Celery app: only once scratch() has set the environment
-
-    baseline_tasks.start_chain(chain, length)
+    """Send a baseline chain's first hop to the plain worker."""
+    plain_celery.start_chain(chain, length)
 
 
 def run_chain(chain: str, length: int, *, timeout: float) -> list[float]:
@@ -507,16 +560,16 @@ PROFILED_STEPS = 5
 
 # Phases of one step: (label, file suffix, function), cumulative time, nested as indented.
 PHASES = [
-    ("whole step (execute_step)", "pipeline/engine.py", "execute_step"),
-    ("  claim", "pipeline/leases.py", "claim"),
-    ("  load run + journal (_load)", "pipeline/engine.py", "_load"),
-    ("    of which Journal.load_txn", "pipeline/journal.py", "load_txn"),
-    ("  rebuild messages (Journal.messages)", "pipeline/journal.py", "messages"),
-    ("  cancel/deadline/budget checks (all)", "pipeline/engine.py", "_keep_going"),
-    ("  model call + its check + journal write", "pipeline/engine.py", "_model_reply"),
-    ("    of which the scripted model", "pipeline/llm.py", "reply"),
-    ("  tool call + journal write", "pipeline/toolcalls.py", "run_tool_call"),
-    ("  checkpoint", "pipeline/engine.py", "_checkpoint"),
+    ("whole step (execute_step)", "pipeline/engine/step.py", "execute_step"),
+    ("  claim", "pipeline/engine/leases.py", "claim_txn"),
+    ("  load run + journal (_load_txn)", "pipeline/engine/step.py", "_load_txn"),
+    ("    of which Journal.load_txn", "pipeline/engine/journal.py", "load_txn"),
+    ("  rebuild messages (Journal.messages)", "pipeline/engine/journal.py", "messages"),
+    ("  cancel/deadline/budget checks (all)", "pipeline/engine/step.py", "_keep_going"),
+    ("  model call + its check + journal write", "pipeline/engine/step.py", "_model_reply"),
+    ("    of which the scripted model", "pipeline/engine/llm.py", "reply"),
+    ("  tool call + journal write", "pipeline/engine/toolcalls.py", "run_tool_call"),
+    ("  checkpoint", "pipeline/engine/step.py", "_checkpoint"),
 ]
 # Counted per step (calls by the profiled thread; the heartbeat thread is not profiled).
 COUNTS = [

@@ -64,9 +64,8 @@ SELECT :new, key, step, step_name, payload, compacted
 
 
 def run_to_end(steps: int, label: str) -> uuid.UUID:
-    (run_id,) = common.create_runs(1, steps, label)
     done_before, _ = common.run_counts()
-    common.enqueue([run_id])
+    (run_id,), _ = common.create_runs(1, steps, label)
     common.wait_for_runs(done_before + 1, timeout=120 + steps, label=f"run {label}")
     return run_id
 
@@ -114,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         common.log(f"short run of {args.short_steps} steps, empty database")
         empty = list(common.step_intervals(run_to_end(args.short_steps, "empty")).values())
         common.log(f"long run of {long_steps} steps")
+        cpu_before = common.cpu_seconds(bench.processes)
         long_run = run_to_end(long_steps, "long")
+        long_cpu = (common.cpu_seconds(bench.processes) - cpu_before) / long_steps
         intervals = common.step_intervals(long_run)
         common.log(f"inserting {args.old_rows:,} old journal rows")
         add_old_rows(args.old_rows)
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     common.print_notes(
         bench.machine(),
         f"step {args.late} vs step {early}: {common.verdict(late_ratio, TARGET)}",
+        f"worker CPU (user + system) along the long run: {common.ms(long_cpu)} a step",
     )
 
     size_ratio = statistics.median(full) / statistics.median(empty)

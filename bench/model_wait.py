@@ -9,7 +9,6 @@ running the same model calls one after another.
 from __future__ import annotations
 
 import math
-import time
 from datetime import datetime
 from typing import Any
 
@@ -48,14 +47,11 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.processes):
                 b.worker(f"w{i + 1}", concurrency=args.threads)
             # Warm-up: every thread's first step opens its connections (database, model).
-            run_ids = common.create_runs(slots, 1, "warmup")
-            common.enqueue(run_ids)
+            common.create_runs(slots, 1, "warmup")
             common.wait_for_runs(slots, timeout=120, label="warm-up runs")
             log_before = len(server.log.entries())
-            run_ids = common.create_runs(args.runs, args.steps, "measured")
             with common.CpuMeter(b.processes) as cpu:
-                started = time.monotonic()
-                common.enqueue(run_ids)
+                _, started = common.create_runs(args.runs, args.steps, "measured")
                 wall = common.wait_for_runs(
                     slots + args.runs,
                     timeout=120 + calls * args.latency,
@@ -98,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         f"model requests: {requests} for {calls} steps; at most {peak} in flight at once",
         f"machine CPU during the run: {cpu.describe()}; {calls / wall:.0f} steps/s; "
         f"{cpu.per_task(calls)} of machine CPU a step",
+        f"worker CPU (user + system, pool children included): {cpu.worker_per_task(calls)} a step",
         f"CPU by process, in cores: {cpu.breakdown()}",
         f"vs unlimited-concurrency ideal: {common.verdict(wall / unlimited, TARGET)}",
         f"vs ideal for {slots} slots: {common.verdict(wall / slot_bound, TARGET)}",

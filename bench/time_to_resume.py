@@ -79,8 +79,7 @@ def pool_of(worker: CeleryProcess) -> set[int]:
 def trial(
     bench: common.Scratch, workers: list[CeleryProcess], scenario: str, lease: Lease
 ) -> Trial:
-    (run_id,) = common.create_runs(1, STEPS, f"{lease.name}-{scenario}")
-    common.enqueue([run_id])
+    (run_id,), _ = common.create_runs(1, STEPS, f"{lease.name}-{scenario}")
 
     def mid_step() -> tuple[int, str] | None:
         attempt, owner, _ = holder()
