@@ -8,13 +8,14 @@ app here too.
 from typing import Any
 
 from pipeline.agent import Agent
-from pipeline.errors import LookupUnsupported, PermanentError, TemporaryError
+from pipeline.errors import LookupUnsupported, NotConfigured, PermanentError, TemporaryError
 from pipeline.tools import ArtifactRequest, SideEffect, ToolContext, check_back_in, tool
 
 __all__ = [
     "Agent",
     "ArtifactRequest",
     "LookupUnsupported",
+    "NotConfigured",
     "PermanentError",
     "SideEffect",
     "TemporaryError",

@@ -150,6 +150,10 @@ class Agent:
         if twice:
             raise DefinitionError(f"agent {self.name!r} lists two tools named {twice[0]!r}")
 
+    def unset_needs(self, is_set: Callable[[str], bool]) -> list[tuple[str, str]]:
+        """(variable, tool) for each variable a tool needs that `is_set` says is missing."""
+        return [(v, t.name) for t in self.tools for v in t.needs if not is_set(v)]
+
     def tool(self, name: str) -> Tool | None:
         return next((t for t in self.tools if t.name == name), None)
 

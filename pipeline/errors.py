@@ -79,3 +79,23 @@ class RunStopped(StopStep):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+class NotConfigured(RunStopped):
+    """A setting the run's tools cannot work without is not set where the worker runs.
+
+    The run fails at once with reason `config`, before anything is sent; nothing about the
+    action's key is recorded as failed, so setting the variable and starting again is enough.
+    """
+
+    def __init__(self, variables: str | tuple[str, ...], needed_by: str) -> None:
+        names = (variables,) if isinstance(variables, str) else variables
+        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        verb = "is" if len(names) == 1 else "are"
+        them = "it" if len(names) == 1 else "them"
+        super().__init__(
+            "config",
+            f"{which} {verb} not set where the worker runs: {needed_by} cannot work without "
+            f"{them}; set {them} for the workers and start the run again",
+        )
+        self.variables = names

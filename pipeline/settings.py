@@ -106,6 +106,15 @@ class Settings:
     every request but can be asked what was sent under a key) or none (neither)."""
     email_key_retention_hours: float = 24.0
 
+    def is_set(self, variable: str) -> bool:
+        """Whether an environment variable a tool needs (`Tool.needs`) has a value here:
+        nightshift's own through these settings, any other (a user's service) from the
+        environment."""
+        attribute = _ATTRIBUTE_OF.get(variable)
+        if attribute is not None:
+            return bool(getattr(self, attribute))
+        return bool(os.environ.get(variable))
+
     @property
     def embedded(self) -> bool:
         return self.database_url is None or self.broker_url is None
@@ -171,6 +180,18 @@ class Settings:
             email_mode=_choice(env, "NIGHTSHIFT_EMAIL_MODE", ("keys", "lookup", "none"), "keys"),
             email_key_retention_hours=_number(env, "NIGHTSHIFT_EMAIL_KEY_RETENTION_HOURS", 24.0),
         )
+
+
+_ATTRIBUTE_OF = {
+    "NIGHTSHIFT_WEB_URL": "web_url",
+    "NIGHTSHIFT_EMAIL_URL": "email_url",
+    "NIGHTSHIFT_PRICING_URL": "pricing_url",
+    "NIGHTSHIFT_GITHOST_URL": "githost_url",
+    "NIGHTSHIFT_ALERT_WEBHOOK_URL": "alert_webhook_url",
+    "ANTHROPIC_API_KEY": "anthropic_api_key",
+    "ANTHROPIC_BASE_URL": "anthropic_base_url",
+}
+"""Variables tools may need that Settings reads (a test's Settings may differ from os.environ)."""
 
 
 @cache

@@ -72,6 +72,10 @@ class Tool:
     wake_time: Callable[[dict[str, Any], datetime], datetime] | None = None
     """For timer tools: when the run should wake, given the arguments and the time of the
     call. The run waits with no process until then; `fn` runs after it wakes."""
+    needs: tuple[str, ...] = ()
+    """Environment variables the tool cannot work without (`NIGHTSHIFT_EMAIL_URL`): a run of
+    an agent with this tool fails at once, with reason `config`, on a worker where one is
+    unset, instead of spending its steps on a service that is not there."""
     validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -105,6 +109,7 @@ def tool(
     requires_approval: bool = False,
     approvers: tuple[str, ...] = (),
     wake_time: Callable[[dict[str, Any], datetime], datetime] | None = None,
+    needs: tuple[str, ...] = (),
 ) -> Callable[[Callable[[dict[str, Any], ToolContext], ToolOutput]], Tool]:
     """Make a function a tool the model may call (an agent lists it in its `tools`)."""
 
@@ -118,6 +123,7 @@ def tool(
             requires_approval=requires_approval,
             approvers=approvers,
             wake_time=wake_time,
+            needs=needs,
         )
 
     return make

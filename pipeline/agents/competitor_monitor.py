@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from pipeline.agent import Agent, BatchPlan, Block, Conversation, Slot, text, tool_use
-from pipeline.agents.services import TIMEOUT, service_url
+from pipeline.agents.services import TIMEOUT, WEB, service_url
 from pipeline.errors import NightshiftError
 from pipeline.settings import get_settings
 from pipeline.tools import ToolContext, tool
@@ -82,6 +82,7 @@ def fetch_competitors() -> list[dict[str, str]]:
         "required": ["competitor"],
         "additionalProperties": False,
     },
+    needs=(WEB,),
 )
 def fetch_competitor_prices(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from pipeline.agent import Agent, Block, Conversation, RunPlan, Slot, text, tool_use
-from pipeline.agents.services import TIMEOUT, email_effect, send_email, service_url
+from pipeline.agents.services import EMAIL, TIMEOUT, WEB, email_effect, send_email, service_url
 from pipeline.tools import ToolContext, tool
 
 MAX_TRIES = 2
@@ -43,6 +43,7 @@ def reminders_job(slot: Slot) -> RunPlan:
 @tool(
     description="List the overdue invoices: client, name, email, invoice, amount, due date.",
     schema={"type": "object", "properties": {}, "additionalProperties": False},
+    needs=(WEB,),
 )
 def list_overdue_invoices(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
@@ -71,6 +72,7 @@ def reminder_key(args: dict[str, Any], context: ToolContext) -> str:
         "additionalProperties": False,
     },
     side_effect=email_effect(reminder_key),
+    needs=(EMAIL,),
 )
 def send_invoice_reminder(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return send_email(context, args["to"], args["subject"], args["body"])

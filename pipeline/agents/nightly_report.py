@@ -18,7 +18,7 @@ from pipeline.agent import (
     text,
     tool_use,
 )
-from pipeline.agents.services import email_effect, send_email, service_url
+from pipeline.agents.services import EMAIL, WEB, email_effect, send_email, service_url
 from pipeline.tools import ToolContext, document_tool, tool
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
@@ -32,6 +32,7 @@ DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
         "required": ["name"],
         "additionalProperties": False,
     },
+    needs=(WEB,),
 )
 def fetch_source(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
@@ -64,6 +65,7 @@ def report_key(args: dict[str, Any], context: ToolContext) -> str:
         "additionalProperties": False,
     },
     side_effect=email_effect(report_key),
+    needs=(EMAIL,),
 )
 def send_report_email(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return send_email(context, args["to"], args["subject"], args["body"])
@@ -129,7 +131,29 @@ def script(conversation: Conversation) -> list[Block]:
         to = conversation.input.get("email_to") or f"{team}@example.com"
         email = {"to": to, "subject": title, "body": body}
         return [tool_use(step, 0, "send_report_email", email)]
-    return [text(f"The nightly report for {team} is written and sent.")]
+    return [text(_closing(conversation, team))]
+
+
+def _closing(conversation: Conversation, team: str) -> str:
+    """Say what happened, never more: an error result means that part did not happen."""
+    written = _error_of(conversation, "write_report")
+    sent = _error_of(conversation, "send_report_email")
+    if written is None and sent is None:
+        return f"The nightly report for {team} is written and sent."
+    if written is None:
+        return f"The nightly report for {team} is written, but the email was not sent: {sent}"
+    if sent is None:
+        return f"The nightly report for {team} was emailed, but saving it failed: {written}"
+    return f"The nightly report for {team} was neither saved ({written}) nor sent ({sent})."
+
+
+def _error_of(conversation: Conversation, tool: str) -> str | None:
+    """The last result of `tool`'s calls: None when it succeeded, else its error text."""
+    uses = {b["id"] for b in conversation.tool_uses() if b["name"] == tool}
+    results = [r for r in conversation.tool_results() if r["tool_use_id"] in uses]
+    if results and not results[-1].get("is_error"):
+        return None
+    return str(results[-1]["content"]) if results else "no result"
 
 
 def report_job(slot: Slot) -> RunPlan:

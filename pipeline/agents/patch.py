@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.agent import Agent, Block, Conversation, text, tool_use
-from pipeline.agents.services import find_open_pull, open_pull_request
+from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
 from pipeline.tools import SideEffect, ToolContext, tool
 
 
@@ -58,6 +58,7 @@ def _lookup(key: str, context: ToolContext) -> dict[str, Any] | None:
     },
     # The git host refuses a second open pull request for a branch and can be asked for it.
     side_effect=SideEffect(service="githost", key=_pr_key, lookup=_lookup),
+    needs=(GITHOST,),
     requires_approval=True,
 )
 def open_fix_pull_request(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:

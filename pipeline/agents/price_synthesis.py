@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from pipeline.agent import Agent, Block, Conversation, text, tool_use
-from pipeline.agents.services import TIMEOUT, find_price_change, service_url, set_price
+from pipeline.agents.services import PRICING, TIMEOUT, find_price_change, service_url, set_price
 from pipeline.tools import SideEffect, ToolContext, document_tool, tool
 
 MIN_QUOTES = 3
@@ -40,6 +40,7 @@ _SKU = "^[A-Za-z0-9_.-]{1,64}$"
         "required": ["skus"],
         "additionalProperties": False,
     },
+    needs=(PRICING,),
 )
 def read_price_book(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
@@ -89,6 +90,7 @@ def price_key(args: dict[str, Any], context: ToolContext) -> str:
         service="pricing", key=price_key, honours_keys=lambda s: True, lookup=find_price_change
     ),
     requires_approval=True,
+    needs=(PRICING,),
 )
 def set_our_price(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return set_price(context, args["sku"], args["price"], args["currency"])

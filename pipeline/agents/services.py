@@ -10,16 +10,24 @@ from typing import Any
 
 import httpx
 
-from pipeline.errors import LookupUnsupported, PermanentError
+from pipeline.errors import LookupUnsupported, NotConfigured
 from pipeline.tools import KeyBuilder, SideEffect, ToolContext
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
 
+WEB = "NIGHTSHIFT_WEB_URL"
+EMAIL = "NIGHTSHIFT_EMAIL_URL"
+PRICING = "NIGHTSHIFT_PRICING_URL"
+GITHOST = "NIGHTSHIFT_GITHOST_URL"
+
+
 def service_url(context: ToolContext, attribute: str, variable: str) -> str:
+    """The service's base URL. Tools declare the variable in `needs`, so a worker without it
+    fails the run before the first step; this is the backstop for one that did not."""
     url: str | None = getattr(context.settings, attribute)
     if not url:
-        raise PermanentError(f"{variable} is not set; the tool has no service to talk to")
+        raise NotConfigured(variable, f"the {context.agent} agent's tool")
     return url.rstrip("/")
 
 

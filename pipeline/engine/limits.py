@@ -13,7 +13,7 @@ from models import BatchStatus, Run
 from pipeline.agent import Agent
 from pipeline.db import transaction
 from pipeline.engine import budgets
-from pipeline.errors import RunStopped
+from pipeline.errors import NotConfigured, RunStopped
 from pipeline.settings import Settings
 
 
@@ -67,6 +67,16 @@ def stop_for(
             "max_tokens", f"{spend.tokens} tokens; the limit is {agent.max_run_tokens}"
         )
     return None
+
+
+def config_stop(agent: Agent, settings: Settings) -> NotConfigured | None:
+    """The run cannot work on this worker: a tool needs a variable that is not set here."""
+    unset = agent.unset_needs(settings.is_set)
+    if not unset:
+        return None
+    variables = tuple(dict.fromkeys(variable for variable, _ in unset))
+    tools = ", ".join(dict.fromkeys(tool for _, tool in unset))
+    return NotConfigured(variables, f"agent {agent.name!r} ({tools})")
 
 
 def alert_for(

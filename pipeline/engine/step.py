@@ -29,7 +29,7 @@ from pipeline.engine.leases import (
     claim_txn,
     fenced,
 )
-from pipeline.engine.limits import Limits, alert_for, limits_txn, stop_for
+from pipeline.engine.limits import Limits, alert_for, config_stop, limits_txn, stop_for
 from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
 from pipeline.errors import (
@@ -218,6 +218,9 @@ class StepRunner:
         raise stop
 
     def _step(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
+        unconfigured = config_stop(agent, self.settings)
+        if unconfigured is not None:
+            raise unconfigured  # before any model call or send: the run fails with `config`
         messages = journal.messages(agent, run.input, before_step=run.step)
         reply = self._model_reply(run, agent, journal, messages)
         uses = [b for b in reply["content"] if b["type"] == "tool_use"]
