@@ -31,6 +31,7 @@ from pipeline.registry import UnknownEventSource
 from pipeline.runs.decisions import NotAnApprover
 from pipeline.runs.start import IdempotencyConflict
 from pipeline.views.batches import UnknownBatch
+from pipeline.views.runs import AmbiguousRunId
 
 log = logging.getLogger("nightshift.api")
 
@@ -137,6 +138,7 @@ _STATUS_FOR: tuple[tuple[type[NightshiftError], int], ...] = (
     (UnknownEventSource, 404),
     (NotAnApprover, 403),
     (IdempotencyConflict, 409),
+    (AmbiguousRunId, 409),
     (StatusConflict, 409),
     (InputTooLarge, 413),
     (InvalidInput, 422),

@@ -21,14 +21,13 @@ from starlette.templating import Jinja2Templates
 
 from models import ActionState, RunStatus
 from pipeline.api.base import ApiConfig, ApiError, status_for
-from pipeline.api.routes import parse_run_id
 from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
 from pipeline.runs.decisions import decide
 from pipeline.views.actions import list_actions, show_action
 from pipeline.views.batches import list_batches, show_batch
-from pipeline.views.runs import list_runs, show_run
+from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 WEB = Path(__file__).parent / "web"
 MAX_FORM_FIELDS = 20
@@ -180,7 +179,7 @@ def run_page(request: Request, run_id: str) -> Response:
     if session is None:
         return _to_login()
     try:
-        detail = show_run(parse_run_id(run_id))
+        detail = show_run(resolve_run_id(run_id))
     except NightshiftError as exc:
         return _failure(request, session, exc)
     return _page(request, "run.html", session, steps=_timeline(detail["journal"]), **detail)

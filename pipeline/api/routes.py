@@ -21,7 +21,6 @@ from pipeline.api import webhooks
 from pipeline.api.base import ApiConfig, ApiError, describe_validation
 from pipeline.api.replays import first_delivery
 from pipeline.db import broker_url, get_engine
-from pipeline.errors import RunNotFound
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import decide
 from pipeline.runs.events import start_from_event
@@ -29,7 +28,7 @@ from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
 from pipeline.views.batches import show_batch
 from pipeline.views.metrics import collect, prometheus_text
-from pipeline.views.runs import list_runs, show_run
+from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 log = logging.getLogger("nightshift.api")
 
@@ -110,18 +109,11 @@ def runs(
     return {"runs": list_runs(status=status, agent=agent, batch=batch, limit=limit)}
 
 
-def parse_run_id(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise RunNotFound(f"no run has id {text!r} (run ids are UUIDs)") from None
-
-
 @authed.get("/runs/{run_id}", tags=["runs"])
 def run(run_id: str) -> dict[str, Any]:
     """A run with its input, result, journal timeline and actions."""
 
-    return show_run(parse_run_id(run_id))
+    return show_run(resolve_run_id(run_id))
 
 
 class CancelRequest(BaseModel):
@@ -135,7 +127,7 @@ def cancel(run_id: str, body: CancelRequest | None = None) -> dict[str, Any]:
     """Cancel a run: a waiting run stops now, a running one at its next step."""
 
     body = body or CancelRequest()
-    result = cancel_run(parse_run_id(run_id), by=body.by, reason=body.reason)
+    result = cancel_run(resolve_run_id(run_id), by=body.by, reason=body.reason)
     return {"run_id": str(result.run_id), "status": result.status.value}
 
 

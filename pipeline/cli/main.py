@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 
 import pipeline.embedded as embedded
@@ -19,7 +18,7 @@ from pipeline.migrate import current, upgrade
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.settings import get_settings
-from pipeline.views.runs import list_runs, show_run
+from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 Handler = Callable[[argparse.Namespace], int]
 AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
@@ -142,7 +141,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    detail = show_run(_run_id(args.run))
+    detail = show_run(resolve_run_id(args.run))
     if args.json:
         print_json(detail)
         return 0
@@ -164,13 +163,6 @@ def cmd_show(args: argparse.Namespace) -> int:
             key, state = action["idempotency_key"], action["state"]
             print(f"  {key:<40} {state:<16} attempts {action['attempts']}")
     return 0
-
-
-def _run_id(text: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise NightshiftError(f"{text!r} is not a run id (expected a UUID)") from None
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
@@ -245,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true")
 
     show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
-    show.add_argument("run", help="run id")
+    show.add_argument("run", help="run id, or its first characters (at least 4)")
     show.add_argument("--json", action="store_true")
 
     add("tick", cmd_tick, "resume orphaned runs and wake due timers once (beat does this)")

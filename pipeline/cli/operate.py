@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -14,13 +13,13 @@ from models import ActionState
 from pipeline.api.base import ApiConfig
 from pipeline.api.server import create_app
 from pipeline.cli.format import print_json, table
-from pipeline.cli.main import _run_id
 from pipeline.errors import NightshiftError
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import Decision, decide
 from pipeline.runs.retention import cleanup
 from pipeline.views.actions import list_actions
 from pipeline.views.metrics import as_json, collect, families
+from pipeline.views.runs import resolve_run_id
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -127,7 +126,7 @@ def _decided(result: DecisionResult) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    run_id: uuid.UUID = _run_id(args.run)
+    run_id = resolve_run_id(args.run)
     result = cancel_run(run_id, by=args.by)
     if result.status.is_terminal():
         print(f"run {run_id} is {result.status}")
@@ -188,7 +187,7 @@ def register(add: AddCommand) -> None:
         _by_and_note(command)
 
     cancel = add("cancel", cmd_cancel, "cancel a run (a waiting run now, a running one next step)")
-    cancel.add_argument("run", help="run id")
+    cancel.add_argument("run", help="run id, or its first characters (at least 4)")
     cancel.add_argument("--by", default=_me(), help="who cancels (default: your user name)")
 
 

@@ -12,14 +12,15 @@ from sqlalchemy import func, select
 from models import Batch, Run, RunStatus
 from pipeline.cli.format import progress_bar
 from pipeline.db import transaction
-from pipeline.errors import NightshiftError
+from pipeline.errors import NightshiftError, RunNotFound
+from pipeline.views.runs import resolve_run_id
 
 SETTLED_RUN = {s.value for s in RunStatus if s.is_terminal()} | {"needs_attention"}
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     watch = add("watch", cmd_watch, "follow a run or a batch live until it is done")
-    watch.add_argument("target", help="a run id or a batch id")
+    watch.add_argument("target", help="a run id (or its first characters) or a batch id")
     watch.add_argument("--interval", type=float, default=1.0, help="seconds between looks")
     watch.add_argument("--timeout", type=float, default=0, help="give up after N s (0: never)")
 
@@ -45,12 +46,13 @@ def _look_at(target: str) -> Callable[[], tuple[str, bool]]:
     with transaction() as session:
         if session.get(Batch, target) is not None:
             return lambda: _batch_line(target)
-        try:
-            run_id = uuid.UUID(target)
-        except ValueError:
-            run_id = None
-        if run_id is None or session.get(Run, run_id) is None:
-            raise NightshiftError(f"{target!r} is neither a run id nor a batch id")
+    try:
+        run_id = resolve_run_id(target)
+        with transaction() as session:
+            if session.get(Run, run_id) is None:
+                raise RunNotFound()
+    except RunNotFound:
+        raise NightshiftError(f"{target!r} is neither a run id nor a batch id") from None
     return lambda: _run_line(run_id)
 
 

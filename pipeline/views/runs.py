@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from models import Action, JournalEntry, Run
 from pipeline.db import read_only
-from pipeline.errors import RunNotFound
+from pipeline.errors import NightshiftError, RunNotFound
 from pipeline.runs.summaries import summarize
 
 RUN_FIELDS = (
@@ -18,6 +18,46 @@ RUN_FIELDS = (
     "waiting_on", "cancel_requested", "stop_reason", "error", "created_at", "updated_at",
     "finished_at", "idempotency_key", "code_version", "prompt_version",
 )  # fmt: skip
+
+
+MIN_PREFIX = 4
+"""The shortest run-id prefix accepted; people copy the 8 characters the status page shows."""
+_HEX = frozenset("0123456789abcdef")
+
+
+class AmbiguousRunId(NightshiftError):
+    """That prefix is the start of more than one run id."""
+
+
+def resolve_run_id(text: str) -> uuid.UUID:
+    """A run id from its full form or from a unique prefix of it (`3f2a9c1e`).
+
+    The prefix becomes a range of the primary key, so the lookup is an index scan however many
+    runs are kept. Raises RunNotFound (no such run, or not an id) or AmbiguousRunId.
+    """
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        pass
+    digits = text.strip().lower().replace("-", "")
+    if not MIN_PREFIX <= len(digits) < 32 or not set(digits) <= _HEX:
+        raise RunNotFound(
+            f"{text!r} is not a run id (a UUID, or at least its first {MIN_PREFIX} characters)"
+        )
+    low, high = uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+    with read_only() as session:
+        found = session.scalars(
+            select(Run.id).where(Run.id.between(low, high)).order_by(Run.id).limit(3)
+        ).all()
+    if not found:
+        raise RunNotFound(f"no run id starts with {text!r}")
+    if len(found) > 1:
+        some = ", ".join(str(run_id) for run_id in found[:2])
+        more = " and more" if len(found) > 2 else ""
+        raise AmbiguousRunId(
+            f"{text!r} is the start of several run ids ({some}{more}): give more characters"
+        )
+    return found[0]
 
 
 def run_dict(run: Run) -> dict[str, Any]:

@@ -339,3 +339,14 @@ def test_people_decide_and_cancel_from_the_command_line(
     assert main(["cancel", str(run_id), "--by", "carol"]) == 0
     assert "cancel requested" in capsys.readouterr().out
     assert main(["cancel", "nope"]) == 2
+
+
+def test_run_routes_take_a_unique_id_prefix(db_url: str) -> None:
+    api = client()
+    full = api.post("/runs", json=REPORT, headers=AUTH).json()["run_id"]
+    shown = api.get(f"/runs/{full[:8]}", headers=AUTH)
+    assert shown.status_code == 200 and shown.json()["run"]["id"] == full
+    unknown = api.get("/runs/0123abcd", headers=AUTH)
+    assert unknown.status_code == 404 and "no run id starts with" in unknown.json()["error"]
+    cancelled = api.post(f"/runs/{full[:8]}/cancel", headers=AUTH)
+    assert cancelled.status_code == 200 and cancelled.json()["run_id"] == full

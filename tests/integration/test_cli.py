@@ -49,3 +49,33 @@ def test_runs_show_and_watch_a_finished_run(
     assert f"run {run_id}  agent nightly_report  status succeeded" in capsys.readouterr().out
     assert main(["watch", str(run_id), "--interval", "0.1"]) == 0
     assert "nightly_report succeeded" in capsys.readouterr().out
+
+
+def test_a_short_run_id_prefix_works_everywhere_and_a_bad_one_says_why(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a run, known by the 8 characters the status page shows
+    run_id = finished_run()
+    short = str(run_id)[:8]
+    assert main(["show", short]) == 0
+    assert f"run {run_id}" in capsys.readouterr().out
+    assert main(["watch", short, "--interval", "0.1"]) == 0
+    assert "nightly_report succeeded" in capsys.readouterr().out
+    assert main(["cancel", short]) == 0
+    assert f"run {run_id} is succeeded" in capsys.readouterr().out
+
+    # when a second run's id starts with the same characters
+    twin = uuid.UUID(short + "-0000-4000-8000-000000000000")
+    with transaction() as session:
+        other = create_run_txn(session, "nightly_report", {**REPORT, "team": "dev"}).run_id
+        session.execute(update(Run).where(Run.id == other).values(id=twin))
+
+    # then the prefix is refused in one line naming both, and a longer one works again
+    for command in (["show", short], ["watch", short], ["cancel", short]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert "several run ids" in err or "neither a run id nor a batch id" in err
+    assert main(["show", str(run_id)[:13]]) == 0
+    assert main(["show", "0123abcd"]) == 2
+    assert "no run id starts with '0123abcd'" in capsys.readouterr().err
