@@ -12,6 +12,7 @@ import httpx
 
 from pipeline.errors import PermanentError, TemporaryError
 from pipeline.logs import get_logger
+from pipeline.redact import redact_urls
 
 T = TypeVar("T")
 log = get_logger("nightshift.retry")
@@ -42,8 +43,9 @@ def classify(exc: BaseException) -> TemporaryError | PermanentError:
 
 
 def _short(exc: BaseException) -> str:
+    """The first line, its URLs without credentials or query strings: it gets journaled."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:300]
+    return redact_urls(text)[:300]
 
 
 @dataclass(frozen=True)

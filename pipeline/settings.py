@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import platformdirs
 
 from pipeline.errors import SettingsError
+from pipeline.redact import redact_url
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 
@@ -115,6 +116,12 @@ class Settings:
             return bool(getattr(self, attribute))
         return bool(os.environ.get(variable))
 
+    def __repr__(self) -> str:
+        """Keys are left out and URLs lose their passwords and query strings: settings get
+        logged and land in tracebacks."""
+        shown = (f"{f.name}={_shown(getattr(self, f.name))}" for f in fields(self) if f.repr)
+        return f"Settings({', '.join(shown)})"
+
     @property
     def embedded(self) -> bool:
         return self.database_url is None or self.broker_url is None
@@ -192,6 +199,10 @@ _ATTRIBUTE_OF = {
     "ANTHROPIC_BASE_URL": "anthropic_base_url",
 }
 """Variables tools may need that Settings reads (a test's Settings may differ from os.environ)."""
+
+
+def _shown(value: object) -> str:
+    return repr(redact_url(value)) if isinstance(value, str) and "://" in value else repr(value)
 
 
 @cache

@@ -29,6 +29,7 @@ from pipeline.errors import (
 )
 from pipeline.keys import Wait, approval_wait, check_key, person_wait, retry_wait
 from pipeline.logs import get_logger
+from pipeline.redact import redact_urls
 from pipeline.retry import RetryPolicy, classify
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
 
@@ -196,7 +197,7 @@ def _send(
         error = classify(exc)
         if isinstance(error, PermanentError):
             with fenced(call.lease) as session:
-                _set_state_txn(session, key, ActionState.FAILED, error=str(error))
+                _set_state_txn(session, key, ActionState.FAILED, error=redact_urls(str(error)))
             raise error from exc
         log.warning("action %s: send failed, outcome unknown: %s", key, error)
         _transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)

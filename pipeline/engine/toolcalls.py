@@ -19,6 +19,7 @@ from pipeline.engine.leases import Lease, fenced
 from pipeline.engine.timers import await_timer
 from pipeline.errors import PermanentError, TemporaryError
 from pipeline.logs import get_logger
+from pipeline.redact import redact_urls
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.settings import Settings
 from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
@@ -122,7 +123,7 @@ def _record(
     """Journal the result (an artifact if large) and count the tool call, in one fenced write."""
     artifact: tuple[dict[str, Any], str] | None = None
     if error is not None:
-        content = error
+        content = redact_urls(error)  # a tool's own error may name a URL with its token
     elif isinstance(output, ArtifactRequest):
         ref = artifacts.write_file(settings.artifact_dir, call.run_id, output.name, output.content)
         artifact = (ref, output.media_type)
