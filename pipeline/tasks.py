@@ -45,6 +45,8 @@ def start_run(agent: str, input: dict[str, Any], idempotency_key: str | None = N
     name="pipeline.step",
     bind=True,
     acks_late=True,
+    # Nobody reads a step's return value: storing it would fill the noeviction Redis.
+    ignore_result=True,
     retry_on_worker_lost=True,
     max_retries=get_settings().worker_lost_max_retries,
     default_retry_delay=1,

@@ -8,19 +8,20 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
+import psycopg
 import redis
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from models import RunStatus
 from pipeline.api import webhooks
 from pipeline.api.base import ApiConfig, ApiError, describe_validation
 from pipeline.api.replays import first_delivery
-from pipeline.db import broker_url, get_engine
+from pipeline.db import broker_url, database_url
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import decide
 from pipeline.runs.events import start_from_event
@@ -31,6 +32,8 @@ from pipeline.views.metrics import collect, prometheus_text
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 log = logging.getLogger("nightshift.api")
+HEALTH_TIMEOUT_SECONDS = 2
+"""/healthz answers within a few seconds even when a service's network is gone."""
 
 bearer = HTTPBearer(auto_error=False, description="The value of NIGHTSHIFT_API_TOKEN.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
@@ -294,13 +297,18 @@ def _check(probe: Callable[[], None]) -> str:
 
 
 def _database() -> None:
-    with get_engine().connect() as connection:
-        connection.execute(text("select 1"))
+    # A connection of its own with a timeout: a pooled one could hang on a dead network.
+    url = make_url(database_url()).set(drivername="postgresql")
+    conninfo = url.render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, connect_timeout=HEALTH_TIMEOUT_SECONDS) as connection:
+        connection.execute("select 1")
 
 
 def _broker() -> None:
     client = redis.Redis.from_url(
-        broker_url(get_settings()), socket_timeout=2, socket_connect_timeout=2
+        broker_url(get_settings()),
+        socket_timeout=HEALTH_TIMEOUT_SECONDS,
+        socket_connect_timeout=HEALTH_TIMEOUT_SECONDS,
     )
     try:
         client.ping()

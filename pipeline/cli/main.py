@@ -106,7 +106,8 @@ def cmd_flower(args: argparse.Namespace) -> int:
         )
     # Through the environment, not argv, so the password does not show in `ps`.
     env = {"FLOWER_BASIC_AUTH": auth} if auth else {}
-    return _exec_celery(["flower", f"--port={args.port}", *args.celery_args], env)
+    argv = ["flower", f"--address={args.address}", f"--port={args.port}", *args.celery_args]
+    return _exec_celery(argv, env)
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -217,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to celery")
 
     flower = add("flower", cmd_flower, "run Flower (basic auth from NIGHTSHIFT_FLOWER_BASIC_AUTH)")
+    flower.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 in a container)",
+    )
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--no-auth", action="store_true", help="allow an open Flower (local only)")
     flower.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to flower")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -269,6 +272,41 @@ def test_health_checks_the_database_and_the_broker(
     body = response.json()
     assert body["database"] == "ok" and body["broker"].startswith("unavailable")
     assert "hunter2" not in response.text
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A port whose accept queue is full: a new connection's SYN is dropped, so connecting
+    hangs (as behind a partition) instead of being refused."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.2)
+    yield port
+    for sock in (*fillers, server):
+        sock.close()
+
+
+def test_health_answers_in_seconds_when_the_database_does_not_answer(
+    api: TestClient, monkeypatch: pytest.MonkeyPatch, black_hole: int
+) -> None:
+    # when connecting to the database hangs
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", f"postgresql://u:pw@127.0.0.1:{black_hole}/x")
+    get_settings.cache_clear()
+    started = time.monotonic()
+    response = api.get("/healthz")
+
+    # then /healthz says so within its connect timeout, not after TCP gives up (minutes)
+    assert response.status_code == 503
+    assert response.json()["database"].startswith("unavailable")
+    assert time.monotonic() - started < 10
 
 
 def test_the_openapi_document_describes_the_api(api: TestClient) -> None:

@@ -3,6 +3,7 @@ machine's PostgreSQL and Redis (there is no Docker engine here to run the stack 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -136,6 +138,23 @@ def test_flower_starts_with_basic_auth(launch) -> None:
     wait_for(up, timeout=60, what="flower to answer")
     assert httpx.get(f"{base}/", timeout=5).status_code == 401
     assert httpx.get(f"{base}/", auth=("ops", "night-owl"), timeout=5).status_code == 200
+
+
+def test_flower_listens_on_this_machine_only_unless_told_otherwise(launch) -> None:
+    start, _ = launch
+    port = free_port()
+    flower = start("flower-local", [str(BIN / "nightshift"), "flower", "--port", str(port)])
+
+    def listening() -> set[str]:
+        assert flower.alive(), flower.log()
+        with contextlib.suppress(psutil.Error):
+            sockets = psutil.Process(flower.process.pid).net_connections(kind="tcp")
+            return {c.laddr.ip for c in sockets if c.status == psutil.CONN_LISTEN}
+        return set()
+
+    assert wait_for(listening, timeout=60, what="flower to listen") == {"127.0.0.1"}
+    # and the compose file's Flower, in its container, listens on every address
+    assert SERVICES["flower"]["command"][2:4] == ["--address", "0.0.0.0"]
 
 
 def test_flower_refuses_to_start_without_auth(launch) -> None:

@@ -4,6 +4,7 @@ calls) against real PostgreSQL; the web and email sandboxes answer the tools."""
 from __future__ import annotations
 
 import logging
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,7 +164,12 @@ def test_large_tool_outputs_are_kept_as_artifacts(
     assert {a.name for a in artifacts} >= {"fetch_source", "report"}
     assert fetched is not None and "stored as artifact" in fetched["content"]
     for artifact in artifacts:
-        assert Path(artifact.path).stat().st_size == artifact.size
+        path = Path(artifact.path)
+        assert path.stat().st_size == artifact.size
+        # only the runtime's own user may read what the tools returned
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700, path.parent
+        assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700, path.parent.parent
 
 
 def test_engine_log_lines_name_the_run_step_agent_and_worker(

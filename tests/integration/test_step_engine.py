@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from sqlalchemy import func, select
 
@@ -13,6 +14,7 @@ from pipeline.app import send_step
 from pipeline.db import transaction
 from pipeline.runs.start import start_run
 from pipeline.sandbox.base import read_log
+from pipeline.sandbox.responders import agent_responder
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
 
@@ -29,6 +31,30 @@ def model_calls_by_step(sandbox: Sandbox) -> Counter[int]:
 def journal_keys(run_id) -> list[str]:
     with transaction() as session:
         return list(session.scalars(select(JournalEntry.key).where(JournalEntry.run_id == run_id)))
+
+
+def journaled(run_id, key: str) -> dict:
+    with transaction() as session:
+        return session.scalar(
+            select(JournalEntry.payload).where(
+                JournalEntry.run_id == run_id, JournalEntry.key == key
+            )
+        )
+
+
+def first_call_then_agent(tool_use_id: str, name: str, tool_input: dict) -> Callable:
+    """A model that first asks for this one tool call, then answers as the agent would."""
+    first_call = True
+
+    def respond(request: dict) -> dict:
+        nonlocal first_call
+        if first_call:
+            first_call = False
+            call = {"type": "tool_use", "id": tool_use_id, "name": name, "input": tool_input}
+            return {"content": [call], "stop_reason": "tool_use"}
+        return agent_responder(request)
+
+    return respond
 
 
 def holder_pid(run_id) -> int | None:
@@ -156,30 +182,62 @@ def test_a_bad_request_fails_the_run_with_its_reason(
 def test_invalid_tool_arguments_go_back_to_the_model_and_the_run_continues(
     sandbox: Sandbox, processes: ProcessFactory
 ) -> None:
-    from pipeline.sandbox.responders import agent_responder
-
-    first_call = True
-
-    def bad_arguments_once(request: dict) -> dict:
-        nonlocal first_call
-        if first_call:
-            first_call = False
-            bad = {"type": "tool_use", "id": "toolu_bad", "name": "fetch_source"}
-            return {"content": [{**bad, "input": {"name": 42}}], "stop_reason": "tool_use"}
-        return agent_responder(request)
-
-    sandbox.messages.responder = bad_arguments_once
+    sandbox.messages.responder = first_call_then_agent("toolu_bad", "fetch_source", {"name": 42})
     processes("w1")
     run_id = start_run("nightly_report", RUN_INPUT).run_id
     row = wait_for_status(run_id, DONE, timeout=60)
     assert row.status == RunStatus.SUCCEEDED, row.error
+    bad = journaled(run_id, "tool:toolu_bad")
     with transaction() as session:
-        bad = session.scalar(
-            select(JournalEntry.payload).where(
-                JournalEntry.run_id == run_id, JournalEntry.key == "tool:toolu_bad"
-            )
-        )
         total = session.scalar(select(func.count()).select_from(JournalEntry))
     assert bad["is_error"] is True
     assert "invalid arguments" in bad["content"] and "name" in bad["content"]
     assert total == 2 * (STEPS + 1) - 1
+
+
+def test_a_failed_tool_call_is_journaled_without_the_credentials_in_its_url(
+    sandbox: Sandbox, processes: ProcessFactory, monkeypatch
+) -> None:
+    from pipeline.settings import get_settings
+
+    # given a web service URL carrying credentials, and a fetch the service answers with 404
+    web = sandbox.web.url.replace("http://", "http://ops:web-s3cret@")
+    monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web)
+    get_settings.cache_clear()
+    sandbox.messages.responder = first_call_then_agent(
+        "toolu_missing", "fetch_source", {"name": "missing"}
+    )
+    processes("w1")
+
+    # when the run goes on past the failed call
+    run_id = start_run("nightly_report", RUN_INPUT).run_id
+    row = wait_for_status(run_id, DONE, timeout=60)
+
+    # then the journaled error says what failed and where, without the password
+    assert row.status == RunStatus.SUCCEEDED, row.error
+    failed = journaled(run_id, "tool:toolu_missing")
+    assert failed["is_error"] is True
+    assert "404" in failed["content"] and "ops:***@127.0.0.1" in failed["content"]
+    assert "web-s3cret" not in failed["content"]
+
+
+def test_steps_keep_no_result_in_the_broker(
+    sandbox: Sandbox, processes: ProcessFactory, services
+) -> None:
+    import re
+
+    import redis
+
+    # when a run's steps are done by a worker
+    worker = processes("w1")
+    run_id = start_run("nightly_report", RUN_INPUT).run_id
+    assert wait_for_status(run_id, DONE, timeout=60).status == RunStatus.SUCCEEDED
+
+    # then none of them left a result behind in Redis (a noeviction broker)
+    task_ids = re.findall(r"Task pipeline\.step\[([0-9a-f-]+)\] succeeded", worker.log())
+    assert len(task_ids) >= STEPS
+    client = redis.Redis.from_url(services.broker)
+    try:
+        assert not any(client.exists(f"celery-task-meta-{task_id}") for task_id in task_ids)
+    finally:
+        client.close()
