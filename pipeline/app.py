@@ -37,7 +37,8 @@ def send_step(
     kwargs: dict[str, Any] = {"run_id": str(run_id), "agent": agent, "step": step, "batch": batch}
     if handoffs:
         kwargs["handoffs"] = handoffs
-    app.send_task(STEP_TASK, kwargs=kwargs, countdown=countdown)
+    # Nobody reads a step's return value: no result stored, no result subscription here.
+    app.send_task(STEP_TASK, kwargs=kwargs, countdown=countdown, ignore_result=True)
 
 
 def send_step_after_commit(

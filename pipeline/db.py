@@ -17,12 +17,14 @@ from pipeline.settings import Settings, get_settings
 _lock = Lock()
 _engines: dict[tuple[int, str], Engine] = {}
 _embedded_urls: dict[str, str] = {}
+_started_here: list[str] = []
 
 
 def _embedded(settings: Settings) -> dict[str, str]:
     """Start (or reuse) the embedded services for whichever URL is not configured."""
     with _lock:
         if not _embedded_urls:
+            running = {info.name for info in embedded.status(settings.data_dir) if info.running}
             _embedded_urls.update(
                 embedded.ensure_running(
                     settings.data_dir,
@@ -30,7 +32,14 @@ def _embedded(settings: Settings) -> dict[str, str]:
                     redis=settings.broker_url is None,
                 )
             )
+            _started_here.extend(name for name in _embedded_urls if name not in running)
     return _embedded_urls
+
+
+def started_here() -> list[str]:
+    """The embedded services this process found stopped and started (a short CLI command
+    stops them again, so that it leaves nothing running it was not asked to start)."""
+    return list(_started_here)
 
 
 def database_url(settings: Settings | None = None) -> str:

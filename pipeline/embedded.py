@@ -19,7 +19,7 @@ import stat
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -66,8 +66,8 @@ def ensure_running(data_dir: Path, *, postgres: bool = True, redis: bool = True)
         return {server.name: server.url_format.format(port=_ensure(server)) for server in asked}
 
 
-def stop(data_dir: Path) -> list[ServiceInfo]:
-    """Stop both servers and wait until their processes are gone.
+def stop(data_dir: Path, only: Collection[str] | None = None) -> list[ServiceInfo]:
+    """Stop both servers (or those named in `only`) and wait until their processes are gone.
 
     Returns the services that were running, each with the pid of the process it stopped.
     """
@@ -77,6 +77,8 @@ def stop(data_dir: Path) -> list[ServiceInfo]:
         return stopped
     with _locked(root):
         for server in _servers(root):
+            if only is not None and server.name not in only:
+                continue
             info = server.info()
             if info.pid is not None:
                 server.stop(info.pid)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 import pipeline.embedded as embedded
+from pipeline.cli.failures import LONG_RUNNING, describe, stop_what_this_command_started
 from pipeline.cli.format import print_json, table
 from pipeline.errors import NightshiftError
 from pipeline.local.demo import run_demo
@@ -258,8 +259,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     logging.getLogger("nightshift").setLevel(logging.INFO)
     args = build_parser().parse_args(argv)
+    if args.command not in LONG_RUNNING:  # the closing line says what was started and stopped
+        logging.getLogger("nightshift.embedded").setLevel(logging.WARNING)
     try:
         return int(args.handler(args))
     except NightshiftError as exc:
         print(f"nightshift: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        line = describe(exc)
+        if line is None:
+            raise
+        print(f"nightshift: {line}", file=sys.stderr)
+        return 2
+    finally:
+        stop_what_this_command_started(args.command)
