@@ -41,7 +41,7 @@ task_retry_on_worker_lost = True
 # and the step's Postgres lease refuses that duplicate. Cancelling cannot stop a thread anyway
 # (the threads pool has no terminate), and on prefork it would throw away the step's work.
 # Celery 6 turns this on by default, hence explicit. The Redis-restart crash itself is handled
-# by pipeline.broker_guard, installed in pipeline.app.
+# by pipeline.app.install_broker_guard.
 worker_cancel_long_running_tasks_on_connection_loss = False
 
 # Flower shows tasks from events; sent events make queued steps visible too.

@@ -2,7 +2,7 @@
 
 The consumer collects its broker connection when it breaks; whatever then still uses a channel
 of it (the second close, a step's late ack) must see a ConnectionError, which the worker
-handles, and not the AttributeError that made it exit (see pipeline/broker_guard.py).
+handles, and not the AttributeError that made it exit (see pipeline.app.install_broker_guard).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from kombu import Connection, Queue
 from kombu.transport import redis as kombu_redis
 
 import pipeline.app  # noqa: F401  (installs the guard, as the worker does)
-from pipeline import broker_guard
+from pipeline.app import install_broker_guard
 
 
 def test_installing_twice_patches_once() -> None:
     before = kombu_redis.Channel._connparams
-    broker_guard.install()
+    install_broker_guard()
     assert kombu_redis.Channel._connparams is before
 
 
