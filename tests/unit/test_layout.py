@@ -1,0 +1,26 @@
+"""The package's shape (docs/layout.md): few modules directly in pipeline/, and the runtime
+never imports the public-API package itself (only agents, like users' packages, do)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PIPELINE = Path(__file__).resolve().parents[2] / "pipeline"
+MAX_TOP_LEVEL_MODULES = 16
+
+
+def test_at_most_sixteen_modules_live_directly_in_pipeline() -> None:
+    top = sorted(p.name for p in PIPELINE.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules directly in pipeline/: {top}"
+
+
+def test_the_runtime_imports_modules_not_the_public_api_package() -> None:
+    offenders = []
+    for path in PIPELINE.rglob("*.py"):
+        if "agents" in path.relative_to(PIPELINE).parts or path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "pipeline" and not node.level:
+                offenders.append(f"{path.relative_to(PIPELINE.parent)}:{node.lineno}")
+    assert not offenders, f"`from pipeline import ...` inside the runtime: {offenders}"
