@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import uuid
 from datetime import UTC, datetime
@@ -13,6 +11,7 @@ from typing import Any
 from celery.signals import worker_init
 
 from pipeline.app import app, send_step
+from pipeline.engine.holders import holder_here
 from pipeline.engine.step import Outcome, execute_step
 from pipeline.registry import registry
 from pipeline.runs import cancel, decisions, events, retention, schedules, start, tick
@@ -25,7 +24,7 @@ UNKNOWN_AGENT_HANDOFFS = 20
 
 
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
+    return str(holder_here(threading.current_thread().name))
 
 
 @worker_init.connect

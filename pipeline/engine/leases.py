@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from pipeline.db import transaction
+from pipeline.engine.holders import is_certainly_gone
 from pipeline.errors import LeaseLost
 from pipeline.logs import get_logger
 
@@ -114,11 +113,11 @@ _CLAIM_FROM_DEAD = text(
 def claim_from_dead_txn(
     session: Session, run_id: uuid.UUID, owner: str, lease_seconds: float
 ) -> Lease | None:
-    """Take over at once from a holder that was a process on this host and is gone (a pool
-    child that died), instead of waiting for its lease to lapse. The fence still refuses it
-    should it somehow write again."""
+    """Take over at once from a holder that is certainly gone (a pool child that died, a
+    process whose pid this worker can check: pipeline/engine/holders.py), instead of waiting
+    for its lease to lapse. The fence still refuses it should it somehow write again."""
     holder = session.scalar(text("SELECT lease_owner FROM runs WHERE id = :id"), {"id": run_id})
-    if holder is None or not _is_dead_local_process(holder):
+    if holder is None or not is_certainly_gone(holder):
         return None
     fence = session.execute(
         _CLAIM_FROM_DEAD,
@@ -126,23 +125,8 @@ def claim_from_dead_txn(
     ).scalar_one_or_none()
     if fence is None:
         return None
-    log.warning("run %s: took over from %s, a process here that is gone", run_id, holder)
+    log.warning("run %s: took over from %s, a process that is gone", run_id, holder)
     return Lease(run_id, fence, owner)
-
-
-def _is_dead_local_process(owner: str) -> bool:
-    """Owners are `host:pid:thread`; only a pid on this host can be checked."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # it exists, as another user
-    return False
 
 
 def claim(run_id: uuid.UUID, owner: str, lease_seconds: float) -> Lease | None:
