@@ -26,6 +26,8 @@ class Batch(Base):
     params: Mapped[dict[str, Any]] = mapped_column(default=dict)
     token_cap: Mapped[int | None] = mapped_column(BigInteger)
     cost_cap_usd: Mapped[float | None] = mapped_column(Numeric(12, 4))
+    tool_call_cap: Mapped[int | None] = mapped_column(BigInteger)
+    """Tool calls over all the batch's runs; the batch stops (reason budget) before passing it."""
     synthesis_run_id: Mapped[uuid.UUID | None] = mapped_column(
         # use_alter: runs point at batches too; the cycle is closed after both tables exist.
         ForeignKey("runs.id", ondelete="SET NULL", use_alter=True)

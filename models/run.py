@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, text
+from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, created_at_column, status_column, updated_at_column
@@ -34,6 +34,16 @@ class Run(Base):
     tool_calls: Mapped[int] = mapped_column(default=0)
     input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_creation_input_tokens: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default="0"
+    )
+    """Input tokens written to the prompt cache (not counted in input_tokens)."""
+    cache_read_input_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """Input tokens read from the prompt cache (not counted in input_tokens)."""
+    cost_usd: Mapped[float] = mapped_column(
+        Numeric(18, 8, asdecimal=False), default=0, server_default="0"
+    )
+    """The model calls' cost, each priced for the model that answered when it was recorded."""
     state: Mapped[dict[str, Any]] = mapped_column(default=dict)
     """Small structured state the agent keeps (plan, facts, artifact refs)."""
 

@@ -103,6 +103,8 @@ class BatchPlan:
     params: dict[str, Any]
     token_cap: int | None = None
     cost_cap_usd: float | None = None
+    tool_call_cap: int | None = None
+    """Tool calls over all children; the batch stops with reason budget before passing it."""
 
 
 Job = Callable[[Slot], RunPlan | BatchPlan]
@@ -134,11 +136,18 @@ class Agent:
     """The deterministic stand-in for the model: what it would answer to this conversation."""
     max_steps: int = 20
     max_tokens: int = 1024
-    """Per model call (the Messages API's max_tokens)."""
+    """Per model call (the Messages API's max_tokens); a reply cut off there is asked again
+    with more room, up to NIGHTSHIFT_MAX_TOKENS_CAP."""
+    stop_sequences: tuple[str, ...] = ()
+    """Text at which the model stops: such a reply is complete (stop_reason stop_sequence)."""
     max_tool_calls: int | None = None
     """Per run; the run stops with reason max_tool_calls when it would exceed it."""
     max_run_tokens: int | None = None
-    """Per run, input plus output over all model calls."""
+    """Per run, every token over all model calls: input (cache writes and reads included)
+    and output."""
+    max_run_cost_usd: float | None = None
+    """Per run, the recorded cost of its model calls (cache writes and reads at their prices);
+    the run stops with reason max_cost before the call that would start past it."""
     check_success: Callable[[Conversation], bool] | None = None
     job: Job = default_job
     """What a schedule naming this agent starts for each slot."""
@@ -174,6 +183,7 @@ class Agent:
             "instructions": self.instructions,
             "tools": [t.spec() for t in self.tools],
             "max_tokens": self.max_tokens,
+            **({"stop_sequences": list(self.stop_sequences)} if self.stop_sequences else {}),
         }
         digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
         return digest.hexdigest()[:16]

@@ -18,6 +18,7 @@ POINTS = frozenset(
         "after_send_before_reply",
         "after_confirmed",
         "after_model_journaled",
+        "after_cut_off_journaled",
         "after_tool_journaled",
         "before_checkpoint",
         "after_checkpoint_before_enqueue",

@@ -1,6 +1,7 @@
 """Every key and `waiting_on` format nightshift writes, built and parsed here and nowhere else.
 
-Journal keys: `model:<step>`, `tool:<tool_use_id>`, `note:<step>`, `timer:<tool_use_id>`.
+Journal keys: `model:<step>`, `cut:<step>:<attempt>` (a reply cut off at max_tokens, asked
+again), `tool:<tool_use_id>`, `note:<step>`, `timer:<tool_use_id>`.
 Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
 what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
@@ -32,6 +33,8 @@ def check_key(key: object, what: str = "idempotency key") -> str:
 
 class EntryKind(StrEnum):
     MODEL = "model"
+    CUT = "cut"
+    """A model reply cut off at max_tokens: kept for its cost, never acted on."""
     TOOL = "tool"
     NOTE = "note"
     TIMER = "timer"
@@ -47,6 +50,10 @@ def entry_kind(key: str) -> EntryKind | None:
 
 def model_key(step: int) -> str:
     return f"model:{step}"
+
+
+def cut_key(step: int, attempt: int) -> str:
+    return f"cut:{step}:{attempt}"
 
 
 def tool_key(tool_use_id: str) -> str:

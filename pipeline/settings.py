@@ -8,13 +8,17 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
 from pipeline.errors import SettingsError
+from pipeline.prices import ModelPrice, PriceTable, parse_model_prices
 from pipeline.redact import redact_url
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_PRICES = PriceTable(ModelPrice.from_input_output(3.0, 15.0))
+"""Claude Sonnet's list prices, for any model NIGHTSHIFT_MODEL_PRICES does not name."""
 
 
 def _postgres_url(name: str, raw: str) -> str:
@@ -54,10 +58,59 @@ def _number(env: Mapping[str, str], name: str, default: float, minimum: float = 
     return value
 
 
+def _optional_number(env: Mapping[str, str], name: str) -> float | None:
+    return _number(env, name, 0.0) if env.get(name) else None
+
+
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
     value = env.get(name) or default
     if value not in choices:
         raise SettingsError(f"{name} must be one of {', '.join(choices)} (got {value!r})")
+    return value
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise SettingsError(f"{name} must be on or off (got {raw!r})")
+
+
+def _prices(env: Mapping[str, str]) -> PriceTable:
+    input_price = _number(env, "NIGHTSHIFT_PRICE_INPUT_PER_MTOK", 3.0)
+    base = ModelPrice.from_input_output(
+        input_price, _number(env, "NIGHTSHIFT_PRICE_OUTPUT_PER_MTOK", 15.0)
+    )
+    default = ModelPrice(
+        base.input,
+        base.output,
+        cache_write=_number(env, "NIGHTSHIFT_PRICE_CACHE_WRITE_PER_MTOK", base.cache_write),
+        cache_read=_number(env, "NIGHTSHIFT_PRICE_CACHE_READ_PER_MTOK", base.cache_read),
+    )
+    raw = env.get("NIGHTSHIFT_MODEL_PRICES") or ""
+    by_model = parse_model_prices("NIGHTSHIFT_MODEL_PRICES", raw) if raw.strip() else ()
+    return PriceTable(default, by_model)
+
+
+def _timezone(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name) or default
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SettingsError(
+            f"{name} must be an IANA timezone like Europe/Berlin (got {value!r})"
+        ) from None
+    return value
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _number(env, name, default)
+    if not 0 < value <= 1:
+        raise SettingsError(f"{name} must be a fraction above 0 and at most 1 (got {value:g})")
     return value
 
 
@@ -89,9 +142,18 @@ class Settings:
     artifact_threshold_bytes: int = 16 * 1024
     model_name: str = DEFAULT_MODEL
     model_timeout_seconds: float = 120.0
-    price_input_per_mtok: float = 3.0
-    """US dollars per million input tokens, for the batch money estimate."""
-    price_output_per_mtok: float = 15.0
+    max_tokens_cap: int = 8192
+    """A reply cut off at max_tokens is asked again with twice the room, up to this."""
+    prompt_caching: bool = True
+    """Cache breakpoints on the stable prefix of every Anthropic request."""
+    prices: PriceTable = DEFAULT_PRICES
+    """US dollars per million tokens by model, for recorded costs and money budgets."""
+    nightly_cost_cap_usd: float | None = None
+    """Money over every batch of a night; reaching it stops all of them (reason nightly_budget)."""
+    nightly_alert_fraction: float = 0.8
+    """The share of the nightly cap at which one warning alert is raised."""
+    night_timezone: str = "UTC"
+    """A night runs from noon to noon here, named by its first day."""
     alert_webhook_url: str | None = None
     """Budget alerts are POSTed here as JSON (and always recorded in the alerts table)."""
     anthropic_base_url: str | None = None
@@ -173,8 +235,12 @@ class Settings:
             ),
             model_name=env.get("NIGHTSHIFT_MODEL") or DEFAULT_MODEL,
             model_timeout_seconds=_number(env, "NIGHTSHIFT_MODEL_TIMEOUT", 120.0, minimum=0.1),
-            price_input_per_mtok=_number(env, "NIGHTSHIFT_PRICE_INPUT_PER_MTOK", 3.0),
-            price_output_per_mtok=_number(env, "NIGHTSHIFT_PRICE_OUTPUT_PER_MTOK", 15.0),
+            max_tokens_cap=int(_number(env, "NIGHTSHIFT_MAX_TOKENS_CAP", 8192, minimum=1)),
+            prompt_caching=_switch(env, "NIGHTSHIFT_PROMPT_CACHING", True),
+            prices=_prices(env),
+            nightly_cost_cap_usd=_optional_number(env, "NIGHTSHIFT_NIGHTLY_COST_CAP_USD"),
+            nightly_alert_fraction=_fraction(env, "NIGHTSHIFT_NIGHTLY_ALERT_AT", 0.8),
+            night_timezone=_timezone(env, "NIGHTSHIFT_NIGHT_TIMEZONE", "UTC"),
             alert_webhook_url=env.get("NIGHTSHIFT_ALERT_WEBHOOK_URL") or None,
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,

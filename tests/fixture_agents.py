@@ -91,3 +91,9 @@ NOT_AN_AGENT = {"name": "a dict, not an agent"}
 
 LAZY_AS_REPORT = dataclasses.replace(LAZY_REPORT, name="nightly_report")
 """Another agent that calls itself nightly_report: a name clash."""
+
+
+CAPPED_REPORT = dataclasses.replace(
+    nightly_report.AGENT, name="capped_report", max_run_cost_usd=0.05, event_sources=()
+)
+"""The nightly report with a per-run money cap."""

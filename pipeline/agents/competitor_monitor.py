@@ -49,6 +49,7 @@ def monitor_job(slot: Slot) -> BatchPlan:
         },
         token_cap=int(slot.params.get("token_cap", DEFAULT_TOKEN_CAP)),
         cost_cap_usd=slot.params.get("cost_cap_usd"),
+        tool_call_cap=slot.params.get("tool_call_cap"),
     )
 
 

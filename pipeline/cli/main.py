@@ -150,8 +150,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     run = detail["run"]
     print(f"run {run['id']}  agent {run['agent']}  status {run['status']}  step {run['step']}")
     print(
-        f"tokens in/out {run['input_tokens']}/{run['output_tokens']}  tool calls "
-        f"{run['tool_calls']}  attempts {run['attempt']}  reason {run['stop_reason'] or '-'}"
+        f"tokens in/out {run['input_tokens']}/{run['output_tokens']}  cache write/read "
+        f"{run['cache_creation_input_tokens']}/{run['cache_read_input_tokens']}  cost "
+        f"${run['cost_usd']:.4f}  tool calls {run['tool_calls']}  attempts {run['attempt']}  "
+        f"reason {run['stop_reason'] or '-'}"
     )
     if run["error"]:
         print(f"error: {run['error']}")

@@ -14,9 +14,10 @@ from sqlalchemy.orm import Session
 from models import JournalEntry
 from pipeline.agent import Agent, Block, Message
 from pipeline.errors import NonDeterminism
-from pipeline.keys import model_key, note_key, tool_key
+from pipeline.keys import cut_key, model_key, note_key, tool_key
 
 MODEL_STEP = "ask_model"
+CUT_STEP = "cut_off"
 NOTE_STEP = "note"
 
 
@@ -123,6 +124,13 @@ class Journal:
                 f"but the code now asks for {step_name!r}; the agent changed under a running run"
             )
         return entry.payload
+
+    def cut_offs(self, step: int) -> list[dict[str, Any]]:
+        """The replies of `step` that were cut off at max_tokens, in the order they came."""
+        found: list[dict[str, Any]] = []
+        while (entry := self.replay(cut_key(step, len(found)), CUT_STEP)) is not None:
+            found.append(entry)
+        return found
 
     def append_txn(
         self, session: Session, key: str, step: int, step_name: str, payload: dict[str, Any]

@@ -1,5 +1,6 @@
-"""What stops a run before its next model or tool call: cancellation, the deadline, the batch's
-budget, the run's own tool-call and token limits. A stop that trips a budget raises one alert."""
+"""What stops a run before its next model or tool call: cancellation, the deadline, the night's
+and the batch's budgets, the run's own tool-call, token and money limits. A stop that trips a
+budget raises one alert; nearing the nightly cap raises a warning first."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ class Limits:
     spend: budgets.Spend
 
 
-def limits_txn(session: Session, run_id: uuid.UUID) -> Limits:
+def limits_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Limits:
     row = session.execute(
         select(Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()).where(
             Run.id == run_id
         )
     ).one()
-    return Limits(row[0], row[1], bool(row[2]), budgets.spend_txn(session, run_id))
+    return Limits(row[0], row[1], bool(row[2]), budgets.spend_txn(session, run_id, settings))
 
 
 def stop_for(
@@ -52,7 +53,10 @@ def stop_for(
     if spend.batch_status is BatchStatus.STOPPED:
         reason = spend.batch_stop_reason or "budget"
         return RunStopped(reason, f"batch {spend.batch_id} was stopped ({reason})")
-    over = budgets.batch_over_budget(spend, settings)
+    over = budgets.night_over_budget(spend, settings)
+    if over is not None:
+        return RunStopped(budgets.NIGHT_STOPPED, over)
+    over = budgets.batch_over_budget(spend, calls_in_step, before_tool)
     if over is not None:
         return RunStopped("budget", over)
     if agent is None:
@@ -66,6 +70,9 @@ def stop_for(
         return RunStopped(
             "max_tokens", f"{spend.tokens} tokens; the limit is {agent.max_run_tokens}"
         )
+    cap = agent.max_run_cost_usd
+    if cap is not None and spend.cost_usd >= cap:
+        return RunStopped("max_cost", f"cost ${spend.cost_usd:.4f}; the limit is ${cap:.4f}")
     return None
 
 
@@ -85,12 +92,28 @@ def alert_for(
     """Record (once) what a budget stop means: the batch stops, or the run's limit alert."""
     alert = None
     with transaction() as session:
-        if stop.reason == "budget" and spend.batch_status is BatchStatus.RUNNING:
+        if stop.reason == budgets.NIGHT_STOPPED and spend.night is not None:
+            alert = budgets.stop_night_txn(session, settings, spend.night, str(stop))
+        elif stop.reason == "budget" and spend.batch_status is BatchStatus.RUNNING:
             assert spend.batch_id is not None
             alert = budgets.stop_batch_txn(session, spend.batch_id, "budget", str(stop))
         elif stop.reason.startswith("max_"):
             alert = budgets.raise_alert_txn(
                 session, f"budget_{stop.reason}", f"run:{run_id}", str(stop)
             )
+    if alert is not None:
+        budgets.notify(alert, settings)
+
+
+def warn_for(limits: Limits, settings: Settings) -> None:
+    """Raise the night's warning alert once, when its spend nears the nightly cap."""
+    spend = limits.spend
+    message = budgets.night_warning(spend, settings)
+    if message is None or spend.night is None:
+        return
+    with transaction() as session:
+        alert = budgets.raise_alert_txn(
+            session, budgets.NIGHT_WARNING, spend.night.subject, message
+        )
     if alert is not None:
         budgets.notify(alert, settings)

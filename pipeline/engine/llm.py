@@ -15,7 +15,7 @@ Reply = dict[str, Any]
 class Model(Protocol):
     name: str
 
-    def reply(self, agent: Agent, messages: list[Message]) -> Reply:
+    def reply(self, agent: Agent, messages: list[Message], *, max_tokens: int) -> Reply:
         """One model call. Raises on failure; the caller classifies and retries."""
 
 
@@ -26,6 +26,7 @@ class AnthropicModel:
         import anthropic  # lazy: ~0.7 s to import, and only runs with ANTHROPIC_API_KEY need it
 
         self.name = settings.model_name
+        self._caching = settings.prompt_caching
         self._client = anthropic.Anthropic(
             api_key=settings.anthropic_api_key,
             base_url=settings.anthropic_base_url,
@@ -33,15 +34,52 @@ class AnthropicModel:
             timeout=settings.model_timeout_seconds,
         )
 
-    def reply(self, agent: Agent, messages: list[Message]) -> Reply:
-        message = self._client.messages.create(
-            model=self.name,
-            system=agent.system,
-            max_tokens=agent.max_tokens,
-            messages=messages,  # type: ignore[arg-type]
-            tools=[t.spec() for t in agent.tools],  # type: ignore[misc]
-        )
+    def reply(self, agent: Agent, messages: list[Message], *, max_tokens: int) -> Reply:
+        request = request_for(agent, messages, max_tokens=max_tokens, caching=self._caching)
+        message = self._client.messages.create(model=self.name, **request)
         return message.model_dump(mode="json", exclude_none=True)
+
+
+CACHE_POINT = {"type": "ephemeral"}
+
+
+def request_for(
+    agent: Agent, messages: list[Message], *, max_tokens: int, caching: bool
+) -> dict[str, Any]:
+    """The Messages API request of one step, with prompt-cache breakpoints when `caching`.
+
+    The prefix is tools, then system, then messages. Breakpoints: the system prompt (tools and
+    system never change within a run), the last message (this call writes the conversation so
+    far) and the last message but two (what the previous call wrote, so this call reads it
+    even when the API looks back no further than a breakpoint's 20 blocks).
+    """
+    request: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "system": agent.system,
+        "messages": messages,
+        "tools": [t.spec() for t in agent.tools],
+    }
+    if agent.stop_sequences:
+        request["stop_sequences"] = list(agent.stop_sequences)
+    if not caching:
+        return request
+    request["system"] = [{"type": "text", "text": agent.system, "cache_control": CACHE_POINT}]
+    marked = list(messages)
+    for index in {len(marked) - 1, len(marked) - 3}:
+        if index >= 0:
+            marked[index] = _with_cache_point(marked[index])
+    request["messages"] = marked
+    return request
+
+
+def _with_cache_point(message: Message) -> Message:
+    """A copy whose last block carries a breakpoint (the journal's own blocks stay untouched)."""
+    content = message["content"]
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    if not blocks or (blocks[-1].get("type") == "text" and not blocks[-1].get("text")):
+        return message  # the API refuses a breakpoint on an empty text block
+    blocks[-1] = {**blocks[-1], "cache_control": CACHE_POINT}
+    return {**message, "content": blocks}
 
 
 class ScriptedModel:
@@ -49,7 +87,7 @@ class ScriptedModel:
 
     name = "scripted"
 
-    def reply(self, agent: Agent, messages: list[Message]) -> Reply:
+    def reply(self, agent: Agent, messages: list[Message], *, max_tokens: int) -> Reply:
         return scripted_reply(agent, messages, model=self.name)
 
 

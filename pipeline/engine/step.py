@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from sqlalchemy import DateTime, case, cast, func, literal, select, update
@@ -20,6 +21,7 @@ from pipeline.app import send_step_after_commit
 from pipeline.crash import crash_point
 from pipeline.db import after_commit, transaction
 from pipeline.engine import journal as jr
+from pipeline.engine import stops
 from pipeline.engine.actions import ParkRun
 from pipeline.engine.leases import (
     RELEASED,
@@ -29,9 +31,17 @@ from pipeline.engine.leases import (
     claim_txn,
     fenced,
 )
-from pipeline.engine.limits import Limits, alert_for, config_stop, limits_txn, stop_for
+from pipeline.engine.limits import (
+    Limits,
+    alert_for,
+    config_stop,
+    limits_txn,
+    stop_for,
+    warn_for,
+)
 from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
+from pipeline.engine.usage import Usage
 from pipeline.errors import (
     LeaseLost,
     NonDeterminism,
@@ -40,7 +50,7 @@ from pipeline.errors import (
     TemporaryError,
     UnknownAgent,
 )
-from pipeline.keys import model_key, note_key
+from pipeline.keys import cut_key, model_key, note_key
 from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
 from pipeline.retry import RetryPolicy, call_with_retries
@@ -105,7 +115,7 @@ def execute_step(
         lease = claim_txn(session, run_id, owner, settings.lease_seconds) or claim_from_dead_txn(
             session, run_id, owner, settings.lease_seconds
         )
-        loaded = _load_txn(session, run_id) if lease is not None else None
+        loaded = _load_txn(session, run_id, settings) if lease is not None else None
     if lease is None or loaded is None:
         log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
         return StepResult(Outcome.SKIPPED, run_id)
@@ -125,7 +135,7 @@ class Loaded:
     limits: Limits
 
 
-def _load_txn(session: Session, run_id: uuid.UUID) -> Loaded:
+def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded:
     row = session.execute(
         select(
             Run.id, Run.agent, Run.input, Run.step, Run.max_steps, Run.state, Run.batch_id
@@ -140,7 +150,8 @@ def _load_txn(session: Session, run_id: uuid.UUID) -> Loaded:
         state=row.state,
         batch_id=row.batch_id,
     )
-    return Loaded(snapshot, jr.Journal.load_txn(session, run_id), limits_txn(session, run_id))
+    journal = jr.Journal.load_txn(session, run_id)
+    return Loaded(snapshot, journal, limits_txn(session, run_id, settings))
 
 
 class StepRunner:
@@ -156,6 +167,9 @@ class StepRunner:
         self.model: Model = model_for(settings)
         self.agent: Agent | None = None
         self.calls_in_step = 0
+        self.usage = Usage()
+        """What this step's model calls used (journaled replies, replayed ones included): added
+        to the run's counters by the checkpoint or the finish."""
 
     def run(self, *, leave_unknown_agent: bool = False) -> StepResult:
         run, journal = self.loaded.run, self.loaded.journal
@@ -210,7 +224,8 @@ class StepRunner:
         limits, self._limits = self._limits, None
         if limits is None:
             with transaction() as session:
-                limits = limits_txn(session, self.lease.run_id)
+                limits = limits_txn(session, self.lease.run_id, self.settings)
+        warn_for(limits, self.settings)
         stop = stop_for(limits, self.agent, self.settings, self.calls_in_step, before_tool)
         if stop is None:
             return
@@ -223,6 +238,9 @@ class StepRunner:
             raise unconfigured  # before any model call or send: the run fails with `config`
         messages = journal.messages(agent, run.input, before_step=run.step)
         reply = self._model_reply(run, agent, journal, messages)
+        stop = stops.stop_for_reply(reply)
+        if stop is not None:
+            raise stop
         uses = [b for b in reply["content"] if b["type"] == "tool_use"]
         calls = [ToolCall(self.lease, run.id, run.agent, run.step, run.input, b) for b in uses]
         record_proposals(calls, agent, journal, self.settings)
@@ -230,8 +248,9 @@ class StepRunner:
             self._keep_going(before_tool=True)
             self.calls_in_step += 1
             run_tool_call(call, agent, journal, self.settings, self._keep_going)
-        if uses:
-            return self._checkpoint(run, reply, tool_calls=len(uses))
+        if uses or reply.get("stop_reason") == "pause_turn":
+            # Paused: the next step sends this content back as-is and the model continues it.
+            return self._checkpoint(run, tool_calls=len(uses))
         messages = journal.messages(agent, run.input, before_step=run.step + 1, remember=False)
         conversation = Conversation(input=run.input, messages=messages, state=run.state)
         if agent.check_success is not None and not agent.check_success(conversation):
@@ -239,34 +258,58 @@ class StepRunner:
                 note = {"text": SUCCESS_CHECK_NOTE}
                 journal.append_txn(session, note_key(run.step), run.step, jr.NOTE_STEP, note)
             log.info("success check failed; continuing")
-            return self._checkpoint(run, reply, tool_calls=0)
+            return self._checkpoint(run, tool_calls=0)
         result = {"text": conversation.last_text(), "state": run.state}
+        if reply.get("stop_sequence"):
+            result["stop_sequence"] = reply["stop_sequence"]
         return self._finish(run, RunStatus.SUCCEEDED, "completed", result=result, reply=reply)
 
     def _model_reply(
         self, run: RunSnapshot, agent: Agent, journal: jr.Journal, messages: list[dict[str, Any]]
     ) -> Reply:
+        """The step's reply, journaled before it is acted on. A reply cut off at max_tokens is
+        journaled apart (for its cost) and asked again with more room, so a replay meets the
+        same cut-offs, asks with the same room and acts on the same complete reply."""
+        prices = self.settings.prices
         key = model_key(run.step)
         journaled = journal.replay(key, jr.MODEL_STEP)
+        cut_offs = journal.cut_offs(run.step)
+        for cut in cut_offs:
+            self.usage += Usage.of(cut, prices)
         if journaled is not None:
             log.info("model reply replayed from the journal")
+            self.usage += Usage.of(journaled, prices)
             return journaled
-        self._keep_going()
-        reply = call_with_retries(
-            lambda: self.model.reply(agent, messages),
-            MODEL_RETRY,
-            before_retry=self.heartbeat.check,
-        )
+        while True:
+            attempt = len(cut_offs)
+            room = stops.room_for(agent.max_tokens, self.settings.max_tokens_cap, attempt)
+            if room is None:
+                raise stops.cut_off_stop(run.step, cut_offs[-1]["max_tokens"])
+            self._keep_going()
+            reply = call_with_retries(
+                partial(self.model.reply, agent, messages, max_tokens=room),
+                MODEL_RETRY,
+                before_retry=self.heartbeat.check,
+            )
+            self.usage += Usage.of(reply, prices)
+            if not stops.is_cut_off(reply):
+                break
+            cut = {**reply, "max_tokens": room}
+            with fenced(self.lease) as session:
+                journal.append_txn(session, cut_key(run.step, attempt), run.step, jr.CUT_STEP, cut)
+            cut_offs.append(cut)
+            crash_point("after_cut_off_journaled")
+            log.warning("the reply was cut off at max_tokens=%d; asking again", room)
         with fenced(self.lease) as session:
             journal.append_txn(session, key, run.step, jr.MODEL_STEP, reply)
-            self._limits = limits_txn(session, run.id)  # for the check before the first tool
+            # for the check before the first tool
+            self._limits = limits_txn(session, run.id, self.settings)
         crash_point("after_model_journaled")
         return reply
 
-    def _checkpoint(self, run: RunSnapshot, reply: Reply, tool_calls: int) -> StepResult:
+    def _checkpoint(self, run: RunSnapshot, tool_calls: int) -> StepResult:
         """Commit the step, give up the lease and send the next step once that committed."""
         crash_point("before_checkpoint")
-        usage = reply.get("usage") or {}
         with fenced(self.lease) as session:
             session.execute(
                 update(Run)
@@ -274,8 +317,7 @@ class StepRunner:
                 .values(
                     step=Run.step + 1,
                     tool_calls=Run.tool_calls + tool_calls,
-                    input_tokens=Run.input_tokens + int(usage.get("input_tokens", 0)),
-                    output_tokens=Run.output_tokens + int(usage.get("output_tokens", 0)),
+                    **self.usage.increments(),
                     **RELEASED,
                 )
             )
@@ -330,7 +372,6 @@ class StepRunner:
         error: str | None = None,
         reply: Reply | None = None,
     ) -> StepResult:
-        usage = (reply or {}).get("usage") or {}
         steps_done = 1 if reply is not None else 0
         with fenced(self.lease) as session:
             changed = session.execute(
@@ -342,8 +383,7 @@ class StepRunner:
                     result=result,
                     error=error,
                     step=Run.step + steps_done,
-                    input_tokens=Run.input_tokens + int(usage.get("input_tokens", 0)),
-                    output_tokens=Run.output_tokens + int(usage.get("output_tokens", 0)),
+                    **self.usage.increments(),
                     finished_at=func.now() if status.is_terminal() else None,
                     **RELEASED,
                 )

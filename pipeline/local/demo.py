@@ -204,5 +204,7 @@ def _totals(detail: dict[str, Any]) -> None:
     finished = datetime.fromisoformat(run["finished_at"] or run["updated_at"])
     print(
         f"  wall time {(finished - created).total_seconds():.1f}s; "
-        f"tokens in/out {run['input_tokens']}/{run['output_tokens']}"
+        f"tokens in/out {run['input_tokens']}/{run['output_tokens']} (cache write/read "
+        f"{run['cache_creation_input_tokens']}/{run['cache_read_input_tokens']}); "
+        f"cost ${run['cost_usd']:.4f}"
     )

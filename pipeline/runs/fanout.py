@@ -39,6 +39,7 @@ def create_batch_txn(session: Session, plan: BatchPlan) -> CreatedBatch:
             params={**plan.params, "synthesis_agent": plan.synthesis_agent},
             token_cap=plan.token_cap,
             cost_cap_usd=plan.cost_cap_usd,
+            tool_call_cap=plan.tool_call_cap,
         )
         .on_conflict_do_nothing(index_elements=["id"])
         .returning(Batch.id)

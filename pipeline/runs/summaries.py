@@ -26,6 +26,9 @@ def summarize(key: str, payload: dict[str, Any]) -> str:
         usage = payload.get("usage", {})
         tokens = f"[{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tok]"
         return f"model {tokens} " + "; ".join(parts)
+    if kind is EntryKind.CUT:
+        out = (payload.get("usage") or {}).get("output_tokens", 0)
+        return f"reply cut off at max_tokens={payload.get('max_tokens')} ({out} tok); asked again"
     if kind is EntryKind.TOOL:
         status = "error" if payload.get("is_error") else "ok"
         return f"{payload.get('name')} -> {status}: {str(payload.get('content'))[:70]!r}"

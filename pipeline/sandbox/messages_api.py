@@ -1,4 +1,6 @@
-"""Enough of the Anthropic Messages API for the real `anthropic` SDK, with injectable faults."""
+"""Enough of the Anthropic Messages API for the real `anthropic` SDK, with injectable faults,
+replies cut off at max_tokens, the prompt cache's usage fields, and whatever stop reason a
+responder gives (refusal, pause_turn, stop_sequence)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Literal
 
 from pipeline.sandbox.base import SandboxServer, seconds_field
+from pipeline.sandbox.prompt_cache import PromptCache
 from pipeline.sandbox.responders import Responder, content_blocks, default_responder, new_id
 from pipeline.sandbox.transport import Hangup, Rejected, Request, Response
 
@@ -31,6 +34,10 @@ ERROR_TYPES: dict[int, str] = {
 class MessagesSandbox(SandboxServer):
     """`POST /v1/messages` (non-streaming). Every request is logged, faults included.
 
+    A reply longer than the request's max_tokens is cut off there, as the API does
+    (`stop_reason: max_tokens`; a tool_use loses the parameter it was writing). Usage reports
+    prompt-cache writes and reads for requests with `cache_control` breakpoints.
+
     Control: `POST /_control/faults {"faults": [429, 529, 500, 400, "timeout", "disconnect"],
     "timeout_seconds"?}` queues one fault per coming request; `POST /_control/latency
     {"seconds"}`; `GET /_control/stats` -> `{"requests", "faults_served", "faults_queued"}`.
@@ -45,9 +52,11 @@ class MessagesSandbox(SandboxServer):
         latency_seconds: float = 0.0,
         timeout_seconds: float = 5.0,
         log_path: str | os.PathLike[str] | None = None,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         super().__init__(log_path=log_path)
         self.responder = responder
+        self.prompt_cache = prompt_cache or PromptCache()
         self.delay_seconds = latency_seconds
         self.timeout_seconds = timeout_seconds
         """How long a "timeout" fault holds the request before hanging up."""
@@ -117,7 +126,14 @@ class MessagesSandbox(SandboxServer):
             status = e.status if isinstance(e, Rejected) else 500
             self.record(**seen, status=status, fault=None, stop_reason=None)
             raise
-        self.record(**seen, status=200, fault=None, stop_reason=message["stop_reason"])
+        self.record(
+            **seen,
+            status=200,
+            fault=None,
+            stop_reason=message["stop_reason"],
+            max_tokens=body["max_tokens"],
+            usage=message["usage"],
+        )
         return Response(200, message, {"request-id": new_id("req")})
 
     def _complete(self, reply: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -126,17 +142,23 @@ class MessagesSandbox(SandboxServer):
             if block.get("type") == "tool_use":
                 block.setdefault("id", new_id("toolu"))
         uses_tool = any(block.get("type") == "tool_use" for block in content)
-        return {
+        message = {
             "id": new_id("msg"),
             "type": "message",
             "role": "assistant",
             "model": request["model"],
             "stop_reason": "tool_use" if uses_tool else "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": _tokens(request), "output_tokens": _tokens(content)},
             **reply,
             "content": content,
         }
+        output = _tokens(content)
+        if output > request["max_tokens"]:
+            message["content"] = cut_off(content, request["max_tokens"])
+            message["stop_reason"], output = "max_tokens", request["max_tokens"]
+        # The server counts, as the API does: a responder's own usage is not what was billed.
+        message["usage"] = {**self.prompt_cache.usage(request), "output_tokens": output}
+        return message
 
     def _queue_faults(self, request: Request) -> Response:
         body = request.json_object()
@@ -150,12 +172,6 @@ class MessagesSandbox(SandboxServer):
         except ValueError as e:
             raise Rejected(400, str(e)) from None
         return Response(200, self.stats())
-
-
-def _is_fault(value: object) -> bool:
-    if value in ("timeout", "disconnect"):
-        return True
-    return type(value) is int and 400 <= value < 600
 
 
 def _validate(request: Request) -> None:
@@ -197,6 +213,32 @@ def _validate(request: Request) -> None:
             f"messages.{len(messages) - 1}: `tool_use` ids were found without "
             f"`tool_result` blocks immediately after: {', '.join(sorted(pending))}",
         )
+
+
+def cut_off(content: list[dict[str, Any]], max_tokens: int) -> list[dict[str, Any]]:
+    """The blocks as far as `max_tokens` reaches. A text block ends mid-way; a tool_use keeps
+    the parameters written in full (the API buffers each until it is complete), so a cut call
+    can look valid."""
+    room = max_tokens * 4  # characters
+    kept: list[dict[str, Any]] = []
+    for block in content:
+        size = len(json.dumps(block))
+        if size <= room:
+            kept.append(block)
+            room -= size
+            continue
+        if block.get("type") == "text":
+            kept.append({**block, "text": block.get("text", "")[: max(0, room - 30)]})
+        elif block.get("type") == "tool_use":
+            written: dict[str, Any] = {}
+            for name, value in (block.get("input") or {}).items():
+                room -= len(json.dumps({name: value}))
+                if room < 60:
+                    break
+                written[name] = value
+            kept.append({**block, "input": written})
+        break
+    return kept
 
 
 def _tokens(value: Any) -> int:

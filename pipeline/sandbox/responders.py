@@ -18,7 +18,7 @@ def agent_responder(request: dict[str, Any]) -> dict[str, Any]:
 
     Serves the local Messages API server, so the real SDK path runs the same scripts.
     """
-    system = request.get("system")
+    system = text_of(request.get("system"))  # a string, or blocks with cache breakpoints
     agent = next((a for a in all_agents() if a.system == system), None)
     if agent is None:
         raise ValueError("no registered agent has this system prompt")

@@ -14,9 +14,10 @@ from pipeline.runs.summaries import summarize
 
 RUN_FIELDS = (
     "id", "agent", "status", "step", "max_steps", "tool_calls", "input_tokens", "output_tokens",
-    "attempt", "fence", "lease_owner", "lease_expires_at", "batch_id", "parent_id", "wake_at",
-    "waiting_on", "cancel_requested", "stop_reason", "error", "created_at", "updated_at",
-    "finished_at", "idempotency_key", "code_version", "prompt_version",
+    "cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "attempt", "fence",
+    "lease_owner", "lease_expires_at", "batch_id", "parent_id", "wake_at", "waiting_on",
+    "cancel_requested", "stop_reason", "error", "created_at", "updated_at", "finished_at",
+    "idempotency_key", "code_version", "prompt_version",
 )  # fmt: skip
 
 

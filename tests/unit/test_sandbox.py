@@ -303,11 +303,11 @@ def test_messages_api_faults_raise_the_sdk_errors(messages: MessagesSandbox) -> 
     with model(messages, timeout=1) as llm:
         for error in expected:
             with pytest.raises(error) as raised:
-                llm.messages.create(model="m", max_tokens=10, messages=hi)
+                llm.messages.create(model="m", max_tokens=100, messages=hi)
             if isinstance(raised.value, anthropic.APIStatusError):
                 assert raised.value.body["type"] == "error"  # type: ignore[index]
         overloaded = read_log(messages.log.path)[1]
-        reply = llm.messages.create(model="m", max_tokens=10, messages=hi)
+        reply = llm.messages.create(model="m", max_tokens=100, messages=hi)
 
     assert reply.stop_reason == "end_turn"
     assert overloaded["status"] == 529
@@ -325,7 +325,7 @@ def test_messages_api_rejects_a_tool_use_without_its_result(messages: MessagesSa
         {"role": "user", "content": "and?"},
     ]
     with model(messages) as llm, pytest.raises(anthropic.BadRequestError, match="toolu_1"):
-        llm.messages.create(model="m", max_tokens=10, messages=broken)
+        llm.messages.create(model="m", max_tokens=100, messages=broken)
 
 
 def test_messages_api_uses_a_scripted_responder_with_latency(tmp_path: Path) -> None:
@@ -342,7 +342,7 @@ def test_messages_api_uses_a_scripted_responder_with_latency(tmp_path: Path) -> 
         began = time.monotonic()
         reply = llm.messages.create(
             model="m",
-            max_tokens=10,
+            max_tokens=100,
             messages=[{"role": "user", "content": "hi"}],
             metadata={"user_id": "run-42"},
         )
