@@ -6,7 +6,7 @@ from models.base import Base
 from models.batch import Alert, Batch
 from models.journal import JournalEntry
 from models.resumption import ResumeCause, Resumption
-from models.run import Run
+from models.run import Run, tokens_used
 from models.schedule import Event, ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
 from models.webhook import WebhookDelivery
@@ -28,4 +28,5 @@ __all__ = [
     "RunStatus",
     "ScheduleFire",
     "WebhookDelivery",
+    "tokens_used",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, ForeignKey, Index, Numeric, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 from models.base import Base, created_at_column, status_column, updated_at_column
 from models.status import RunStatus
@@ -83,4 +84,15 @@ class Run(Base):
         Index("ix_runs_due_wake_at", "wake_at", postgresql_where=text("status = 'waiting'")),
         Index("ix_runs_batch_id", "batch_id"),
         Index("ix_runs_status_agent", "status", "agent"),
+    )
+
+
+def tokens_used() -> ColumnElement[int]:
+    """Every token of a run's model calls, as the API counts them: input (cache writes and
+    reads are not in input_tokens) plus output. Token caps and token totals use this."""
+    return (
+        Run.input_tokens
+        + Run.cache_creation_input_tokens
+        + Run.cache_read_input_tokens
+        + Run.output_tokens
     )

@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from models import Alert, Batch, BatchStatus, Run, RunStatus
+from models import Alert, Batch, BatchStatus, Run, RunStatus, tokens_used
 from pipeline.logs import get_logger
 from pipeline.settings import Settings
 
@@ -75,20 +75,11 @@ class Spend:
     """Read only when a nightly cap is configured and the run belongs to a batch."""
 
 
-TOKENS = (
-    Run.input_tokens
-    + Run.cache_creation_input_tokens
-    + Run.cache_read_input_tokens
-    + Run.output_tokens
-)
-"""Every token a run's calls used: token caps count cached input too (the API's total)."""
-
-
 def spend_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Spend:
     row = session.execute(
         select(
             Run.tool_calls,
-            TOKENS.label("tokens"),
+            tokens_used().label("tokens"),
             Run.cost_usd,
             Run.batch_id,
             Batch.status,
@@ -116,7 +107,7 @@ def spend_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Spend:
         return spend
     tokens, cost, calls = session.execute(
         select(
-            func.coalesce(func.sum(TOKENS), 0),
+            func.coalesce(func.sum(tokens_used()), 0),
             func.coalesce(func.sum(Run.cost_usd), 0),
             func.coalesce(func.sum(Run.tool_calls), 0),
         ).where(Run.batch_id == row.batch_id)

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from models import Action, ActionState, Batch, BatchStatus, Run, RunStatus
+from models import Action, ActionState, Batch, BatchStatus, Run, RunStatus, tokens_used
 from pipeline.db import read_only
 from pipeline.errors import NightshiftError
 
@@ -149,7 +149,7 @@ def _children_txn(session: Session, batch_ids: Sequence[str]) -> dict[str, Child
             Run.batch_id,
             Run.status,
             func.count(),
-            func.coalesce(func.sum(Run.input_tokens + Run.output_tokens), 0),
+            func.coalesce(func.sum(tokens_used()), 0),
         )
         .where(Run.batch_id.in_(batch_ids))
         .group_by(Run.batch_id, Run.status)

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select
 
-from models import Alert, Batch, BatchStatus, Run, RunStatus
+from models import Alert, Batch, BatchStatus, Run, RunStatus, tokens_used
 from pipeline.db import transaction
 from pipeline.runs.schedules import fire
 from pipeline.slots import Schedule
@@ -51,7 +51,7 @@ def test_a_token_cap_hit_mid_batch_stops_the_rest_with_one_alert(
     runs = children(batch_id)
     assert len(runs) == 30
     assert {(run.status, run.stop_reason) for run in runs} == {(RunStatus.FAILED, "budget")}
-    begun = [run for run in runs if run.input_tokens > 0]
+    begun = [run for run in runs if run.input_tokens + run.cache_creation_input_tokens > 0]
     assert 0 < len(begun) < 30, "the cap is hit mid-way"
     with transaction() as session:
         batch = session.get(Batch, batch_id)
@@ -59,7 +59,7 @@ def test_a_token_cap_hit_mid_batch_stops_the_rest_with_one_alert(
         assert (batch.status, batch.stop_reason) == (BatchStatus.STOPPED, "budget")
         assert batch.synthesis_run_id is None, "a stopped batch starts no synthesis"
         used = session.scalar(
-            select(func.sum(Run.input_tokens + Run.output_tokens)).where(Run.batch_id == batch_id)
+            select(func.sum(tokens_used())).where(Run.batch_id == batch_id)
         )
         alerts = session.execute(select(Alert.kind, Alert.subject, Alert.message)).all()
     assert used is not None and used >= CAP
