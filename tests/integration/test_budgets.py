@@ -58,9 +58,7 @@ def test_a_token_cap_hit_mid_batch_stops_the_rest_with_one_alert(
         assert batch is not None
         assert (batch.status, batch.stop_reason) == (BatchStatus.STOPPED, "budget")
         assert batch.synthesis_run_id is None, "a stopped batch starts no synthesis"
-        used = session.scalar(
-            select(func.sum(tokens_used())).where(Run.batch_id == batch_id)
-        )
+        used = session.scalar(select(func.sum(tokens_used())).where(Run.batch_id == batch_id))
         alerts = session.execute(select(Alert.kind, Alert.subject, Alert.message)).all()
     assert used is not None and used >= CAP
     # and exactly one alert was raised, for the batch
