@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from models import Alert, Batch, BatchStatus, Run, RunStatus
+from models import Alert, Batch, BatchStatus, JournalEntry, Run, RunStatus
 from pipeline.agent import BatchPlan
 from pipeline.db import transaction
+from pipeline.engine.usage import COUNTERS
 from pipeline.runs.fanout import create_batch_txn
 from pipeline.runs.start import start_run
-from pipeline.sandbox.base import SandboxServer, read_log
+from pipeline.sandbox.base import SandboxServer
 from pipeline.sandbox.transport import Request, Response
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import wait_for, wait_for_status
@@ -104,7 +105,13 @@ def test_a_run_stops_before_the_call_that_would_start_past_its_money_cap(
 
     # then it recorded each call's cost and stopped before the first call past the cap
     assert (row.status, row.stop_reason) == (RunStatus.FAILED, "max_cost")
-    costs = [sum(e["usage"].values()) * FLAT / 1e6 for e in read_log(sandbox.messages.log.path)]
+    with transaction() as session:
+        replies = session.scalars(
+            select(JournalEntry.payload)
+            .where(JournalEntry.run_id == run_id, JournalEntry.key.like("model:%"))
+            .order_by(JournalEntry.id)
+        ).all()
+    costs = [sum(reply["usage"][k] for k in COUNTERS) * FLAT / 1e6 for reply in replies]
     assert len(costs) == row.step
     assert sum(costs[:-1]) < 0.05 <= sum(costs) == pytest.approx(row.cost_usd)
     kind, subject, message = alerts()[0]
