@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.cli.batches",
     "pipeline.cli.watch",
     "pipeline.cli.chaos",
+    "pipeline.cli.sandbox",
 )
 
 
