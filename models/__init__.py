@@ -10,6 +10,7 @@ from models.run import Run, tokens_used
 from models.schedule import Event, ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
 from models.webhook import WebhookDelivery
+from models.worker import WorkerHeartbeat
 
 __all__ = [
     "Action",
@@ -28,5 +29,6 @@ __all__ = [
     "RunStatus",
     "ScheduleFire",
     "WebhookDelivery",
+    "WorkerHeartbeat",
     "tokens_used",
 ]

@@ -136,6 +136,8 @@ class Settings:
     visibility_timeout: float = 3600.0
     worker_lost_max_retries: int = 3
     worker_concurrency: int = 16
+    worker_heartbeat_seconds: float = 10.0
+    """How often a worker records that it is alive; one silent for three times this is gone."""
     queue: str = "nightshift"
     """The broker queue for steps; separate environments on one Redis use separate queues."""
     max_input_bytes: int = 64 * 1024
@@ -228,6 +230,7 @@ class Settings:
             visibility_timeout=visibility,
             worker_lost_max_retries=int(_number(env, "NIGHTSHIFT_WORKER_LOST_MAX_RETRIES", 3)),
             worker_concurrency=int(_number(env, "NIGHTSHIFT_WORKER_CONCURRENCY", 16, 1)),
+            worker_heartbeat_seconds=_number(env, "NIGHTSHIFT_WORKER_HEARTBEAT_SECONDS", 10.0, 1),
             queue=env.get("NIGHTSHIFT_QUEUE") or "nightshift",
             max_input_bytes=int(_number(env, "NIGHTSHIFT_MAX_INPUT_BYTES", 64 * 1024, 1)),
             artifact_threshold_bytes=int(

@@ -8,13 +8,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from pipeline.app import app, send_step
 from pipeline.engine.holders import holder_here
 from pipeline.engine.step import Outcome, execute_step
 from pipeline.registry import registry
-from pipeline.runs import cancel, decisions, events, retention, schedules, start, tick
+from pipeline.runs import cancel, decisions, events, retention, schedules, start, tick, workers
 from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
@@ -32,6 +32,24 @@ def _load_agents(**_: Any) -> None:
     """A worker with a broken agent registration stops at start, saying which and why."""
     names = sorted(registry().agents)
     log.info("agents registered on this worker: %s", ", ".join(names) or "none")
+
+
+_presence: list[workers.Presence] = []
+
+
+@worker_ready.connect
+def _announce(sender: Any, **_: Any) -> None:
+    """Heartbeats in the database: `nightshift runs` and the status page can then say when no
+    worker consumes a run's queue."""
+    queues = sorted(queue.name for queue in sender.task_consumer.queues)
+    interval = get_settings().worker_heartbeat_seconds
+    _presence.append(workers.Presence(sender.hostname, queues, interval).start())
+
+
+@worker_shutdown.connect
+def _withdraw(**_: Any) -> None:
+    while _presence:
+        _presence.pop().stop()
 
 
 @app.task(name="pipeline.start_run")

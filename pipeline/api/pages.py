@@ -8,6 +8,7 @@ Decisions go through pipeline.decisions.decide, the same single-use decision as 
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -25,8 +26,10 @@ from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
 from pipeline.runs.decisions import decide
+from pipeline.settings import get_settings
 from pipeline.views.actions import list_actions, show_action
 from pipeline.views.batches import list_batches, show_batch
+from pipeline.views.liveness import queue_liveness, stall
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 WEB = Path(__file__).parent / "web"
@@ -170,6 +173,7 @@ def dashboard(request: Request, status: str | None = None) -> Response:
         batches=[b.as_json() for b in list_batches(limit=20)],
         runs=list_runs(status=chosen, limit=50),
         chosen=chosen,
+        no_worker=queue_liveness().no_worker(),
     )
 
 
@@ -182,7 +186,13 @@ def run_page(request: Request, run_id: str) -> Response:
         detail = show_run(resolve_run_id(run_id))
     except NightshiftError as exc:
         return _failure(request, session, exc)
-    return _page(request, "run.html", session, steps=_timeline(detail["journal"]), **detail)
+    run = detail["run"]
+    updated = datetime.fromisoformat(run["updated_at"])
+    stalled = stall(run["status"], run["lease_owner"], updated, queue_liveness(), get_settings())
+    return _page(
+        request, "run.html", session, steps=_timeline(detail["journal"]), stalled=stalled,
+        **detail,
+    )  # fmt: skip
 
 
 def _timeline(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
 
 import pipeline.embedded as embedded
 from pipeline.cli.failures import LONG_RUNNING, describe, stop_what_this_command_started
@@ -19,6 +21,7 @@ from pipeline.migrate import current, upgrade
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.settings import get_settings
+from pipeline.views.liveness import QueueLiveness, queue_liveness, stall
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 Handler = Callable[[argparse.Namespace], int]
@@ -140,7 +143,27 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for r in rows
     ]
     print(table(lines, ["run", "agent", "status", "step", "reason", "updated"]))
+    for note in _stall_notes(rows, queue_liveness()):
+        print(f"note: {note}")
     return 0
+
+
+def _stall_notes(rows: list[dict[str, Any]], liveness: QueueLiveness) -> list[str]:
+    """What keeps the listed running runs from moving: no worker at all, or no claim."""
+    settings = get_settings()
+    running = [r for r in rows if r["status"] == "running"]
+    if not running:
+        return []
+    nobody = liveness.no_worker()
+    if nobody is not None:
+        return [f"{nobody}; {len(running)} running run(s) listed here wait for it"]
+    notes = []
+    for row in running:
+        updated = datetime.fromisoformat(row["updated_at"])
+        why = stall("running", row["lease_owner"], updated, liveness, settings)
+        if why is not None:
+            notes.append(f"run {row['id'][:8]} is {why}")
+    return notes
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -158,6 +181,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     if run["error"]:
         print(f"error: {run['error']}")
+    updated = datetime.fromisoformat(run["updated_at"])
+    why = stall(run["status"], run["lease_owner"], updated, queue_liveness(), get_settings())
+    if why is not None:
+        print(f"note: this run is {why}" if why.startswith("runnable") else f"note: {why}")
     print("\ntimeline:")
     for entry in detail["journal"]:
         when = entry["created_at"][11:19]
