@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models import Run
-from pipeline.prices import PriceTable
+from pipeline.settings import PriceTable
 
 COUNTERS = (
     "input_tokens",
