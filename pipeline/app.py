@@ -9,6 +9,7 @@ from typing import Any
 
 import redis.exceptions
 from celery import Celery
+from celery.signals import beat_init
 from kombu.transport import redis as kombu_redis
 from sqlalchemy.orm import Session
 
@@ -19,6 +20,14 @@ app.config_from_object("celeryconfig")
 app.conf.imports = ("pipeline.tasks",)
 
 STEP_TASK = "pipeline.step"
+
+
+@beat_init.connect
+def _beat_sends_no_events(sender: Any, **_: Any) -> None:
+    """Beat sends only control tasks, which Flower need not list: no `task-sent` events."""
+    sender.app.conf.task_send_sent_event = False
+
+
 _MARK = "_nightshift_detached_guard"
 _PENDING = "nightshift.pending_steps"
 
