@@ -1,9 +1,10 @@
 """The durable record: SQLAlchemy 2 typed ORM for every table nightshift keeps."""
 
-from models.action import Action
+from models.action import Action, ActionAudit
 from models.artifact import Artifact
 from models.base import Base
 from models.batch import Alert, Batch
+from models.credential import ApiToken
 from models.journal import JournalEntry
 from models.resumption import ResumeCause, Resumption
 from models.run import Run, tokens_used
@@ -14,8 +15,10 @@ from models.worker import WorkerHeartbeat
 
 __all__ = [
     "Action",
+    "ActionAudit",
     "ActionState",
     "Alert",
+    "ApiToken",
     "Artifact",
     "Base",
     "Batch",

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, created_at_column, status_column, updated_at_column
@@ -47,3 +47,25 @@ class Action(Base):
         Index("ix_actions_run_id", "run_id"),
         Index("ix_actions_state", "state"),
     )
+
+
+class ActionAudit(Base):
+    """Append-only: every decision, resolution and retry of an action, by whom and how they
+    were authenticated. The action row keeps only the latest decision."""
+
+    __tablename__ = "action_audit"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    action_key: Mapped[str] = mapped_column(String(200))
+    run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    """The run the action belonged to at the time."""
+    event: Mapped[str] = mapped_column(String(32))
+    """approve, reject, happened, did_not_happen, retry."""
+    by: Mapped[str] = mapped_column(String(200))
+    via: Mapped[str] = mapped_column(String(200))
+    """How `by` was established: a token (named by its prefix), a proxy header, the CLI with
+    the OS user or an explicit --as."""
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = created_at_column()
+
+    __table_args__ = (Index("ix_action_audit_action_key", "action_key"),)

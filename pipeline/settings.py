@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -196,6 +197,29 @@ DEFAULT_PRICES = PriceTable(ModelPrice.from_input_output(3.0, 15.0))
 """Claude Sonnet's list prices, for any model NIGHTSHIFT_MODEL_PRICES does not name."""
 
 
+APPROVERS_PREFIX = "NIGHTSHIFT_APPROVERS_"
+
+
+def approvers_variable(tool: str) -> str:
+    """`set_price` -> `NIGHTSHIFT_APPROVERS_SET_PRICE`."""
+    return APPROVERS_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", tool).upper()
+
+
+def _approvers(env: Mapping[str, str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    configured = []
+    for name, raw in sorted(env.items()):
+        if not name.startswith(APPROVERS_PREFIX):
+            continue
+        people = tuple(p.strip() for p in raw.split(",") if p.strip())
+        if not people:
+            raise SettingsError(
+                f"{name} is empty: name at least one approver (comma-separated), or unset it "
+                "to use the tool's own list"
+            )
+        configured.append((name, people))
+    return tuple(configured)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable. URLs are None when the embedded default should be used."""
@@ -252,6 +276,13 @@ class Settings:
     """How the deployed email API behaves: keys (honours Idempotency-Key), lookup (sends
     every request but can be asked what was sent under a key) or none (neither)."""
     email_key_retention_hours: float = 24.0
+    approvers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Per tool (by `approvers_variable`), from NIGHTSHIFT_APPROVERS_<TOOL>: who may approve
+    its actions, in place of the list the tool declares. A tuple so Settings stays hashable."""
+
+    def approvers_for(self, tool: str, declared: tuple[str, ...]) -> tuple[str, ...]:
+        """Who may approve `tool`'s actions: the configured list, else the tool's own."""
+        return dict(self.approvers).get(approvers_variable(tool), declared)
 
     def is_set(self, variable: str) -> bool:
         """Whether an environment variable a tool needs (`Tool.needs`) has a value here:
@@ -337,6 +368,7 @@ class Settings:
             githost_url=env.get("NIGHTSHIFT_GITHOST_URL") or None,
             email_mode=_choice(env, "NIGHTSHIFT_EMAIL_MODE", ("keys", "lookup", "none"), "keys"),
             email_key_retention_hours=_number(env, "NIGHTSHIFT_EMAIL_KEY_RETENTION_HOURS", 24.0),
+            approvers=_approvers(env),
         )
 
 

@@ -14,7 +14,7 @@ from pipeline.app import app, send_step
 from pipeline.engine.holders import holder_here
 from pipeline.engine.step import Outcome, execute_step
 from pipeline.registry import registry
-from pipeline.runs import cancel, decisions, events, retention, schedules, start, tick, workers
+from pipeline.runs import cancel, events, retention, schedules, start, tick, workers
 from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
@@ -113,14 +113,10 @@ def start_from_event(source: str, event_id: str, payload: dict[str, Any]) -> str
     return str(events.start_from_event(source, event_id, payload).run_id)
 
 
-@app.task(name="pipeline.decide")
-def decide(action_key: str, decision: str, by: str, note: str | None = None) -> dict[str, Any]:
-    """Approve/reject a pending action (or resolve an unknown one) from another service.
-
-    Single use: a repeated identical decision returns the first outcome (`first` is false).
-    """
-    result = decisions.decide(action_key, decision, by, note)
-    return {"action_key": action_key, "state": result.state.value, "first": result.first}
+# No `pipeline.decide` task: a Celery message carries no credential (anyone who can write to
+# the broker could claim to be the pricing manager) and Flower shows every argument. People
+# decide through the API, the approval webhook or the status page with their own token, or
+# through the operator CLI, which records the OS user (docs/security.md).
 
 
 @app.task(name="pipeline.cancel_run")

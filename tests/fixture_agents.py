@@ -8,6 +8,7 @@ from typing import Any
 from pipeline import Agent, ToolContext, tool
 from pipeline.agent import BatchPlan, Block, Conversation, Slot, text, tool_use
 from pipeline.agents import nightly_report
+from pipeline.tools import Tool
 
 
 def _claims_done_too_early(conversation: Conversation) -> list[Block]:
@@ -97,3 +98,32 @@ CAPPED_REPORT = dataclasses.replace(
     nightly_report.AGENT, name="capped_report", max_run_cost_usd=0.05, event_sources=()
 )
 """The nightly report with a per-run money cap."""
+
+
+def _approval_without_effect() -> Tool:
+    """A tool that claims to need approval but has no side effect: tools.py refuses to define
+    one, so this one is forced past that check, as a tool from an older or patched release
+    might be. It must never run."""
+
+    def grant(args: dict[str, Any], context: ToolContext) -> str:
+        return "GRANTED WITHOUT APPROVAL"
+
+    made = tool(description="Grant a discount.", schema={"type": "object"})(grant)
+    object.__setattr__(made, "requires_approval", True)
+    return made
+
+
+def _grant_once(conversation: Conversation) -> list[Block]:
+    if conversation.tool_results():
+        return [text("Done.")]
+    return [tool_use(conversation.assistant_turns(), 0, "grant", {})]
+
+
+UNGUARDED = Agent(
+    name="unguarded",
+    system="Tests the engine's own approval check.",
+    instructions="Grant the discount.",
+    tools=(_approval_without_effect(),),
+    input_schema={"type": "object"},
+    script=_grant_once,
+)

@@ -9,6 +9,9 @@ from pipeline.agent import Agent, Block, Conversation, text, tool_use
 from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
 from pipeline.tools import SideEffect, ToolContext, tool
 
+REVIEWER = "reviewer@example.com"
+"""Who approves pull requests unless NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST names others."""
+
 
 def branch_for(issue: int) -> str:
     return f"patch/issue-{issue}"
@@ -60,6 +63,9 @@ def _lookup(key: str, context: ToolContext) -> dict[str, Any] | None:
     side_effect=SideEffect(service="githost", key=_pr_key, lookup=_lookup),
     needs=(GITHOST,),
     requires_approval=True,
+    # A code reviewer opens pull requests; a deployment names them on its workers with
+    # NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST=reviewer@acme.example.
+    approvers=(REVIEWER,),
 )
 def open_fix_pull_request(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return open_pull_request(context, args["repo"], args["branch"], args["title"], args["body"])

@@ -20,6 +20,8 @@ THRESHOLD = 0.02
 """Propose matching the market median when our price is further than this from it."""
 
 _SKU = "^[A-Za-z0-9_.-]{1,64}$"
+PRICING_APPROVER = "pricing@example.com"
+"""Who approves price changes unless NIGHTSHIFT_APPROVERS_SET_PRICE names someone else."""
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -91,6 +93,9 @@ def price_key(args: dict[str, Any], context: ToolContext) -> str:
     ),
     requires_approval=True,
     needs=(PRICING,),
+    # Only the pricing manager changes prices; a deployment names them on its workers with
+    # NIGHTSHIFT_APPROVERS_SET_PRICE=pricing@acme.example (comma-separated for several).
+    approvers=(PRICING_APPROVER,),
 )
 def set_our_price(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return set_price(context, args["sku"], args["price"], args["currency"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from pipeline.views.runs import AmbiguousRunId
 log = logging.getLogger("nightshift.api")
 
 MIN_SECRET_LENGTH = 16
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+_NOT_IDENTITY_HEADERS = {"authorization", "cookie", "host", "content-type", "content-length"}
 DEFAULT_MAX_BODY = 1024 * 1024
 
 
@@ -52,6 +55,10 @@ class ApiConfig:
     event_webhook_secret: str | None = field(default=None, repr=False)
     insecure_no_auth: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY
+    identity_header: str | None = None
+    """A reverse proxy's header naming the signed-in person (e.g. X-Forwarded-Email). Off
+    unless set: trusted only on requests from `trusted_proxies`."""
+    trusted_proxies: frozenset[str] = frozenset({"127.0.0.1", "::1"})
 
     @classmethod
     def from_env(
@@ -69,7 +76,18 @@ class ApiConfig:
                 "separate secrets now; set NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET and "
                 "NIGHTSHIFT_EVENT_WEBHOOK_SECRET (two different values) and unset it"
             )
+        header = env.get("NIGHTSHIFT_IDENTITY_HEADER") or None
+        if header is not None and (
+            not _HEADER_NAME.fullmatch(header) or header.lower() in _NOT_IDENTITY_HEADERS
+        ):
+            raise SettingsError(
+                "NIGHTSHIFT_IDENTITY_HEADER must name the header your proxy sets to the "
+                f"signed-in person, e.g. X-Forwarded-Email (got {header[:60]!r})"
+            )
+        proxies = env.get("NIGHTSHIFT_IDENTITY_PROXIES") or "127.0.0.1,::1"
         config = cls(
+            identity_header=header,
+            trusted_proxies=frozenset(p.strip() for p in proxies.split(",") if p.strip()),
             api_token=_secret(env, "NIGHTSHIFT_API_TOKEN"),
             metrics_token=_secret(env, "NIGHTSHIFT_METRICS_TOKEN"),
             approval_webhook_secret=_secret(env, "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET"),

@@ -1,8 +1,10 @@
 """The status page: runs, batches and a run's timeline, and pending approvals to decide.
 
-Server-rendered HTML (Jinja2, autoescaped). People sign in with the API token and their name;
-the session is a signed cookie (HttpOnly, SameSite=Strict) and every form carries a CSRF token.
-Decisions go through pipeline.decisions.decide, the same single-use decision as the webhook.
+Server-rendered HTML (Jinja2, autoescaped). People sign in with their own token (`nightshift
+tokens create --for ...`), or are signed in by a trusted proxy's identity header; the session
+is a signed cookie (HttpOnly, SameSite=Strict) and every form carries a CSRF token. Decisions
+go through pipeline.runs.decisions.decide, the same single-use decision as the webhook, as
+whom the session speaks for.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.templating import Jinja2Templates
 
 from models import ActionState, RunStatus
+from pipeline.api import tokens
+from pipeline.api.auth import proxy_identity
 from pipeline.api.base import ApiConfig, ApiError, status_for
 from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
-from pipeline.runs.decisions import decide
+from pipeline.runs.decisions import Actor, decide
 from pipeline.settings import get_settings
 from pipeline.views.actions import list_actions, show_action
 from pipeline.views.batches import list_batches, show_batch
@@ -63,7 +67,39 @@ def _config(request: Request) -> ApiConfig:
 
 
 def _session(request: Request) -> WebSession | None:
-    return _signer(request).read(request.cookies.get(COOKIE))
+    """The signed-in session, while what signed it in still holds: the token is not revoked,
+    or the proxy still sends the same identity. (Sync: it may ask the database.)"""
+    session = _signer(request).read(request.cookies.get(COOKIE))
+    if session is None:
+        return None
+    if session.token_id is not None:
+        still = tokens.active(session.token_id)
+        return session if still is not None and still.actor.identity == session.who else None
+    if "proxy header" in session.via:
+        proxied = _proxied(request)
+        return session if proxied is not None and proxied.actor.identity == session.who else None
+    return session if _config(request).insecure_no_auth else None
+
+
+def _proxied(request: Request) -> tokens.Authenticated | None:
+    client = request.client.host if request.client else None
+    return proxy_identity(_config(request), request.headers, client)
+
+
+def _signed_in(request: Request, found: tokens.Authenticated) -> RedirectResponse:
+    response = RedirectResponse("/ui", status_code=303)
+    via = found.actor.via.removeprefix("status page, ")
+    cookie = _signer(request).issue(found.actor.identity, f"status page, {via}", found.token_id)
+    response.set_cookie(
+        COOKIE,
+        cookie,
+        max_age=_signer(request).max_age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
 
 
 def _to_login() -> RedirectResponse:
@@ -110,6 +146,9 @@ def root() -> RedirectResponse:
 def login_form(request: Request) -> Response:
     if _session(request) is not None:
         return RedirectResponse("/ui", status_code=303)
+    proxied = _proxied(request)
+    if proxied is not None:  # the proxy signed the person in: nothing to type
+        return _signed_in(request, proxied)
     return _page(request, "login.html", None, insecure=_config(request).insecure_no_auth)
 
 
@@ -117,33 +156,31 @@ def login_form(request: Request) -> Response:
 async def login(request: Request) -> Response:
     fields = await _form(request)
     config = _config(request)
-    who = fields.get("who", "").strip()
-    problem = None
-    if not who or len(who) > 200 or not who.isprintable():
-        problem = "Enter your name or email (at most 200 characters)."
-    elif not config.insecure_no_auth and not config.token_matches(fields.get("token")):
-        problem = "That token is not the API token."
-    if problem:
+    token = fields.get("token", "").strip()
+    found = None
+    if token and config.token_matches(token):
+        problem = (
+            "The shared API token names nobody, and decisions here are recorded in a person's "
+            "name: sign in with your own token (nightshift tokens create --for you@example.com)."
+        )
+    elif token:
+        found = await run_in_threadpool(tokens.authenticate, token)
+        problem = "That token is unknown or revoked."
+    elif config.insecure_no_auth:
+        found = tokens.Authenticated(Actor(tokens.ANONYMOUS, "no authentication"))
+    else:
+        problem = "Enter your token."
+    if found is None:
         return _page(
-            request, "login.html", None, status=401, error=problem, who=who,
+            request, "login.html", None, status=401, error=problem,
             insecure=config.insecure_no_auth,
         )  # fmt: skip
-    response = RedirectResponse("/ui", status_code=303)
-    response.set_cookie(
-        COOKIE,
-        _signer(request).issue(who),
-        max_age=_signer(request).max_age,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
-    return response
+    return _signed_in(request, found)
 
 
 @router.post("/ui/logout")
 async def logout(request: Request) -> Response:
-    session = _session(request)
+    session = await run_in_threadpool(_session, request)
     fields = await _form(request)
     if session is not None and not _signer(request).csrf_matches(session, fields.get("csrf")):
         return _page(request, "error.html", session, status=403, message=_STALE_FORM)
@@ -232,8 +269,7 @@ def action_page(request: Request, key: str, repeated: int = 0) -> Response:
 @router.post("/ui/actions/{key:path}")
 async def decide_page(request: Request, key: str) -> Response:
     """Approve or reject from the page: the same single-use decision as the webhook."""
-
-    session = _session(request)
+    session = await run_in_threadpool(_session, request)
     if session is None:
         return _to_login()
     fields = await _form(request)
@@ -246,7 +282,8 @@ async def decide_page(request: Request, key: str) -> Response:
         )
     note = (fields.get("note") or "").strip()[:MAX_NOTE] or None
     try:
-        result = await run_in_threadpool(decide, key, decision, session.who, note)
+        actor = Actor(session.who, session.via)
+        result = await run_in_threadpool(decide, key, decision, actor, note)
     except NightshiftError as exc:
         try:
             action = await run_in_threadpool(show_action, key)

@@ -19,11 +19,13 @@ from sqlalchemy.engine import make_url
 
 from models import RunStatus
 from pipeline.api import webhooks
+from pipeline.api.auth import caller
 from pipeline.api.base import ApiConfig, ApiError, describe_validation
 from pipeline.api.replays import first_delivery
+from pipeline.api.tokens import Authenticated
 from pipeline.db import broker_url, database_url
 from pipeline.runs.cancel import cancel_run
-from pipeline.runs.decisions import decide
+from pipeline.runs.decisions import Actor, decide
 from pipeline.runs.events import start_from_event
 from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
@@ -35,7 +37,10 @@ log = logging.getLogger("nightshift.api")
 HEALTH_TIMEOUT_SECONDS = 2
 """/healthz answers within a few seconds even when a service's network is gone."""
 
-bearer = HTTPBearer(auto_error=False, description="The value of NIGHTSHIFT_API_TOKEN.")
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A person's token (`nightshift tokens create --for ...`) or NIGHTSHIFT_API_TOKEN.",
+)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -45,12 +50,22 @@ def _config(request: Request) -> ApiConfig:
     return config
 
 
-def require_token(request: Request, credentials: Credentials) -> None:
-    config = _config(request)
-    if config.insecure_no_auth:
-        return
-    if not config.token_matches(credentials.credentials if credentials else None):
-        raise ApiError(401, "a valid bearer token is required (NIGHTSHIFT_API_TOKEN)", _CHALLENGE)
+def require_caller(request: Request, credentials: Credentials) -> Authenticated:
+    """Who the request speaks for (401 if it proves no one); routes record this identity."""
+    client = request.client.host if request.client else None
+    given = credentials.credentials if credentials else None
+    found = caller(_config(request), request.headers, client, given)
+    if found is None:
+        raise ApiError(
+            401,
+            "a valid bearer token is required (your own from `nightshift tokens create`, or "
+            "NIGHTSHIFT_API_TOKEN)",
+            _CHALLENGE,
+        )
+    return found
+
+
+Caller = Annotated[Authenticated, Depends(require_caller)]
 
 
 def require_metrics_token(request: Request, credentials: Credentials) -> None:
@@ -66,7 +81,7 @@ def require_metrics_token(request: Request, credentials: Credentials) -> None:
 
 
 router = APIRouter()
-authed = APIRouter(dependencies=[Depends(require_token)])
+authed = APIRouter(dependencies=[Depends(require_caller)])
 
 
 # -- runs and batches -----------------------------------------------------------------------
@@ -121,16 +136,21 @@ def run(run_id: str) -> dict[str, Any]:
 
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str = Field(default="api", min_length=1, max_length=200)
+    by: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Ignored: the run records who the credential speaks for.",
+        deprecated=True,
+    )
     reason: str = Field(default="cancelled", min_length=1, max_length=64)
 
 
 @authed.post("/runs/{run_id}/cancel", tags=["runs"])
-def cancel(run_id: str, body: CancelRequest | None = None) -> dict[str, Any]:
-    """Cancel a run: a waiting run stops now, a running one at its next step."""
-
+def cancel(run_id: str, who: Caller, body: CancelRequest | None = None) -> dict[str, Any]:
+    """Cancel a run: a waiting run stops now, a running one at its next step. The run records
+    the caller's identity as who cancelled it."""
     body = body or CancelRequest()
-    result = cancel_run(resolve_run_id(run_id), by=body.by, reason=body.reason)
+    result = cancel_run(resolve_run_id(run_id), by=who.actor.identity, reason=body.reason)
     return {"run_id": str(result.run_id), "status": result.status.value}
 
 
@@ -145,9 +165,11 @@ def batch(batch_id: str) -> dict[str, Any]:
 # -- signed webhooks ------------------------------------------------------------------------
 
 
-def _signed(secret_variable: str) -> dict[str, Any]:
+def _signed(secret_variable: str, *, bearer_too: bool) -> dict[str, Any]:
+    # The event webhook needs only its signature; an approval also needs the approver's token.
+    security: dict[str, Any] = {} if bearer_too else {"security": []}
     return {
-        "security": [],
+        **security,
         "parameters": [
             {"name": webhooks.TIMESTAMP_HEADER, "in": "header", "required": True,
              "schema": {"type": "string"}, "description": "Unix seconds; at most 5 minutes off."},
@@ -161,10 +183,14 @@ def _signed(secret_variable: str) -> dict[str, Any]:
 
 
 async def signed_body(
-    request: Request, model: type[BaseModel], secret: str | None, variable: str
+    request: Request,
+    model: type[BaseModel],
+    secret: str | None,
+    variable: str,
+    credential: str | None = None,
 ) -> Any:
-    """Verify the signature over the method, path and raw body, refuse a replay, then parse
-    the body: 503, 401, 400 or 422."""
+    """Verify the signature over the method, path and raw body, refuse a replay (of this
+    signature with this credential), then parse the body: 503, 401, 400 or 422."""
     if secret is None:
         raise ApiError(503, f"this webhook is disabled: {variable} is not set")
     raw = await request.body()
@@ -179,7 +205,8 @@ async def signed_body(
         )
     except webhooks.BadSignature as exc:
         raise ApiError(401, str(exc)) from None
-    if not await run_in_threadpool(first_delivery, digest, webhooks.TOLERANCE_SECONDS):
+    key = webhooks.replay_key(digest, credential)
+    if not await run_in_threadpool(first_delivery, key, webhooks.TOLERANCE_SECONDS):
         raise ApiError(
             401,
             "this signed request was already received (a replay); sign each delivery anew, "
@@ -199,13 +226,19 @@ async def signed_body(
 class ApprovalDecision(BaseModel):
     model_config = ConfigDict(extra="forbid")
     decision: Literal["approve", "reject"]
-    by: str = Field(min_length=1, max_length=200)
+    by: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Ignored: `decided_by` is whom the bearer token speaks for.",
+        deprecated=True,
+    )
     note: str | None = Field(default=None, max_length=2000)
 
 
-def _extra(model: type[BaseModel], secret_variable: str) -> dict[str, Any]:
+def _extra(model: type[BaseModel], secret_variable: str, bearer_too: bool) -> dict[str, Any]:
     body = {"content": {"application/json": {"schema": model.model_json_schema()}}}
-    return {**_signed(secret_variable), "requestBody": {"required": True, **body}}
+    signed = _signed(secret_variable, bearer_too=bearer_too)
+    return {**signed, "requestBody": {"required": True, **body}}
 
 
 _APPROVAL_SECRET = "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET"
@@ -215,15 +248,19 @@ _EVENT_SECRET = "NIGHTSHIFT_EVENT_WEBHOOK_SECRET"
 @router.post(
     "/approvals/{action_key:path}",
     tags=["webhooks"],
-    openapi_extra=_extra(ApprovalDecision, _APPROVAL_SECRET),
+    openapi_extra=_extra(ApprovalDecision, _APPROVAL_SECRET, bearer_too=True),
 )
-async def approval(action_key: str, request: Request) -> dict[str, Any]:
-    """Approve or reject a pending action, once: a repeated identical decision returns the
-    first outcome with "first": false; a different one is refused (409)."""
-
+async def approval(action_key: str, request: Request, who: Caller) -> dict[str, Any]:
+    """Approve or reject a pending action, once, as whom the bearer token speaks for: a
+    repeated identical decision returns the first outcome with "first": false; a different
+    one is refused (409); someone not among the tool's approvers gets 403."""
     secret = _config(request).approval_webhook_secret
-    body: ApprovalDecision = await signed_body(request, ApprovalDecision, secret, _APPROVAL_SECRET)
-    result = await run_in_threadpool(decide, action_key, body.decision, body.by, body.note)
+    credential = request.headers.get("Authorization")
+    body: ApprovalDecision = await signed_body(
+        request, ApprovalDecision, secret, _APPROVAL_SECRET, credential
+    )
+    actor = Actor(who.actor.identity, f"approval webhook, {who.actor.via}")
+    result = await run_in_threadpool(decide, action_key, body.decision, actor, body.note)
     return {
         "action_key": result.action_key,
         "decision": result.decision.value,
@@ -243,7 +280,7 @@ class EventDelivery(BaseModel):
 @router.post(
     "/events/{source}",
     tags=["webhooks"],
-    openapi_extra=_extra(EventDelivery, _EVENT_SECRET),
+    openapi_extra=_extra(EventDelivery, _EVENT_SECRET, bearer_too=False),
 )
 async def event(source: str, request: Request) -> JSONResponse:
     """Start the source's run for this event once; a repeated event id returns its run (200)."""

@@ -1,8 +1,10 @@
 """Status-page sessions: a signed cookie naming the person, and a CSRF token bound to it.
 
-The cookie holds no token: `<base64 JSON {who, iat, nonce}>.<HMAC>` signed with a key derived
-from NIGHTSHIFT_API_TOKEN, so rotating the token ends every session. The CSRF token is an HMAC
-of the session's nonce: each form carries it, and a POST without the matching value is refused.
+The cookie holds no token: `<base64 JSON {who, via, tid, iat, nonce}>.<HMAC>` signed with a key
+derived from NIGHTSHIFT_API_TOKEN, so rotating that token ends every session. `who` is whom the
+person token used at sign-in speaks for (`tid` names that token, and the pages re-check that it
+is not revoked) or the trusted proxy's identity header. The CSRF token is an HMAC of the
+session's nonce: each form carries it, and a POST without the matching value is refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hmac
 import json
 import secrets
 import time
+import uuid
 from dataclasses import dataclass
 
 COOKIE = "nightshift_session"
@@ -22,7 +25,10 @@ MAX_AGE_SECONDS = 12 * 3600
 @dataclass(frozen=True)
 class WebSession:
     who: str
-    """The name the person signed in with: recorded as `decided_by` on their decisions."""
+    """Whom the session speaks for: recorded as `decided_by` on their decisions."""
+    via: str
+    """How `who` was established (a token's prefix, the proxy header), for the audit trail."""
+    token_id: uuid.UUID | None
     issued: int
     nonce: str
 
@@ -32,9 +38,17 @@ class SessionSigner:
         self._key = key
         self.max_age = max_age
 
-    def issue(self, who: str, now: float | None = None) -> str:
+    def issue(
+        self, who: str, via: str, token_id: uuid.UUID | None, now: float | None = None
+    ) -> str:
         issued = int(time.time() if now is None else now)
-        claims = {"who": who, "iat": issued, "nonce": secrets.token_urlsafe(16)}
+        claims = {
+            "who": who,
+            "via": via,
+            "tid": str(token_id) if token_id else None,
+            "iat": issued,
+            "nonce": secrets.token_urlsafe(16),
+        }
         payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
         return f"{payload}.{self._mac('session', payload)}"
 
@@ -47,7 +61,13 @@ class SessionSigner:
             return None
         try:
             claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-            session = WebSession(str(claims["who"]), int(claims["iat"]), str(claims["nonce"]))
+            session = WebSession(
+                who=str(claims["who"]),
+                via=str(claims["via"]),
+                token_id=uuid.UUID(claims["tid"]) if claims["tid"] else None,
+                issued=int(claims["iat"]),
+                nonce=str(claims["nonce"]),
+            )
         except (ValueError, KeyError, TypeError):
             return None
         age = (time.time() if now is None else now) - session.issued

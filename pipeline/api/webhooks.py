@@ -6,7 +6,7 @@ Headers: `X-Nightshift-Timestamp: <unix seconds>` and
 `X-Nightshift-Signature: v2=<hex HMAC-SHA256(secret, f"{timestamp}\\n{METHOD}\\n{path}\\n" + body)>`
 where path is the request's path without the query string, as the server routes it
 (percent-decoded), e.g. `/approvals/pr:acme/shop:patch/issue-7`. Each signature is accepted
-once (pipeline.api.replays); a sender that retries signs the retry anew.
+once with each credential (pipeline.api.replays); a sender that retries signs the retry anew.
 """
 
 from __future__ import annotations
@@ -90,3 +90,15 @@ def verify(
     if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
         raise BadSignature(f"{SIGNATURE_HEADER} does not match the method, path and body")
     return expected.removeprefix(_PREFIX)
+
+
+def replay_key(digest: str, credential: str | None) -> str:
+    """What the replay cache remembers: the signature, with the bearer credential it came with.
+
+    Two approvers whose identical decisions are signed in the same second are not a replay of
+    each other; a captured request sent again, credential and all, is. (Pairing a captured
+    signature with one's own token gains nothing: that token decides on the status page too.)
+    """
+    if credential is None:
+        return digest
+    return hashlib.sha256(f"{digest}\n{credential}".encode("utf-8", "replace")).hexdigest()

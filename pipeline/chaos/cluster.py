@@ -25,6 +25,7 @@ from sqlalchemy import text
 import pipeline.embedded as embedded
 from beat_schedule import SCHEDULES
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
+from pipeline.chaos.faults import APPROVER
 from pipeline.db import transaction
 from pipeline.errors import ServiceError
 from pipeline.local.processes import CeleryProcess
@@ -131,6 +132,9 @@ class Cluster:
             "NIGHTSHIFT_VISIBILITY_TIMEOUT": "120",
             "NIGHTSHIFT_EMAIL_MODE": "keys",
             "NIGHTSHIFT_MODEL_TIMEOUT": "10",
+            # The shipped tools' approvers, configured as a deployment would.
+            "NIGHTSHIFT_APPROVERS_SET_PRICE": APPROVER,
+            "NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST": APPROVER,
         }
         # Before anything imports the Celery app: the harness sends steps and approvals too.
         os.environ.update(self.env)

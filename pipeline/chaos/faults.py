@@ -22,7 +22,7 @@ from sqlalchemy import text
 from pipeline.app import send_step
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
 from pipeline.db import transaction
-from pipeline.runs.decisions import decide
+from pipeline.runs.decisions import Actor, decide
 
 if TYPE_CHECKING:
     from pipeline.chaos.cluster import Cluster
@@ -152,6 +152,10 @@ def pending_approvals() -> list[str]:
         return list(session.scalars(query))
 
 
+APPROVER = "chaos-approver@example.com"
+"""Named as the approver of every approval-requiring tool on the harness's workers."""
+
+
 class Approvals:
     """Every approval the harness fires (the workload's and the webhook faults'), to check
     that exactly one decision per action came back as the first."""
@@ -178,7 +182,7 @@ class Approvals:
         def call(i: int) -> None:
             barrier.wait()
             try:
-                results[i] = decide(key, "approve", by=f"chaos-approver-{i}")
+                results[i] = decide(key, "approve", Actor(APPROVER, f"chaos harness {i}"))
             except Exception as exc:  # reported, not raised: the harness keeps going
                 results[i] = exc
 

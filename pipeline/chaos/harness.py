@@ -38,7 +38,7 @@ from pipeline.chaos.report import ChaosReport, deliveries, verify
 from pipeline.chaos.workload import Workload
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError
-from pipeline.runs.decisions import decide
+from pipeline.runs.decisions import Actor, decide
 
 DEFAULT_RATE = 24.0
 """Faults a minute: 240 in the default ten minutes."""
@@ -285,7 +285,8 @@ def _resolve_unknown(cluster: Cluster) -> int:
     delivered = deliveries(cluster)
     for key, service in unknown:
         happened = delivered.get(f"{service}:{key}", 0) > 0
-        decide(key, "happened" if happened else "did_not_happen", by="chaos-operator")
+        verdict = "happened" if happened else "did_not_happen"
+        decide(key, verdict, Actor("chaos-operator", "chaos harness (read the sandbox logs)"))
     return len(unknown)
 
 

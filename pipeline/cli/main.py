@@ -31,6 +31,7 @@ AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
 COMMAND_MODULES: tuple[str, ...] = (
     "pipeline.cli.schedules",
     "pipeline.cli.operate",
+    "pipeline.cli.tokens",
     "pipeline.cli.batches",
     "pipeline.cli.watch",
     "pipeline.cli.chaos",

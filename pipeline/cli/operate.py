@@ -15,7 +15,7 @@ from pipeline.api.server import create_app
 from pipeline.cli.format import print_json, table
 from pipeline.errors import NightshiftError
 from pipeline.runs.cancel import cancel_run
-from pipeline.runs.decisions import Decision, decide
+from pipeline.runs.decisions import Actor, Decision, decide
 from pipeline.runs.retention import cleanup
 from pipeline.views.actions import list_actions
 from pipeline.views.metrics import as_json, collect, families
@@ -101,21 +101,30 @@ def cmd_actions_list(args: argparse.Namespace) -> int:
 
 def cmd_actions_resolve(args: argparse.Namespace) -> int:
     verdict = Decision.HAPPENED if args.happened else Decision.DID_NOT_HAPPEN
-    return _decide(args.key, verdict, args.by, args.note)
+    return _decide(args.key, verdict, args)
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    return _decide(args.key, "approve", args.by, args.note)
+    return _decide(args.key, "approve", args)
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
-    return _decide(args.key, "reject", args.by, args.note)
+    return _decide(args.key, "reject", args)
 
 
-def _decide(key: str, decision: str, by: str, note: str | None) -> int:
-    result = decide(key, decision, by, note)
+def _decide(key: str, decision: str, args: argparse.Namespace) -> int:
+    result = decide(key, decision, cli_actor(args.as_name), args.note)
     print(_decided(result))
     return 0
+
+
+def cli_actor(as_name: str | None) -> Actor:
+    """The CLI works on the database directly, as an operator: it records the OS user, or the
+    name given with --as, and says which in the audit trail."""
+    user = _me()
+    if as_name and as_name != user:
+        return Actor(as_name, f"cli --as (OS user {user})")
+    return Actor(user, "cli (OS user)")
 
 
 def _decided(result: DecisionResult) -> str:
@@ -127,7 +136,7 @@ def _decided(result: DecisionResult) -> str:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     run_id = resolve_run_id(args.run)
-    result = cancel_run(run_id, by=args.by)
+    result = cancel_run(run_id, by=cli_actor(args.as_name).identity)
     if result.status.is_terminal():
         print(f"run {run_id} is {result.status}")
     else:
@@ -188,12 +197,22 @@ def register(add: AddCommand) -> None:
 
     cancel = add("cancel", cmd_cancel, "cancel a run (a waiting run now, a running one next step)")
     cancel.add_argument("run", help="run id, or its first characters (at least 4)")
-    cancel.add_argument("--by", default=_me(), help="who cancels (default: your user name)")
+    _as(cancel, "who cancels")
 
 
 def _by_and_note(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--by", default=_me(), help="who decides (default: your user name)")
+    _as(command, "who decides")
     command.add_argument("--note", help="why, in a few words")
+
+
+def _as(command: argparse.ArgumentParser, who: str) -> None:
+    command.add_argument(
+        "--as",
+        "--by",
+        dest="as_name",
+        metavar="NAME",
+        help=f"{who} (default: your OS user name; the audit trail records both)",
+    )
 
 
 def _me() -> str:

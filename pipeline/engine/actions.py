@@ -31,6 +31,7 @@ from pipeline.keys import Wait, approval_wait, check_key, person_wait, retry_wai
 from pipeline.logs import get_logger
 from pipeline.redact import redact_urls
 from pipeline.retry import RetryPolicy, classify
+from pipeline.settings import Settings
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     except NightshiftError as exc:
         raise PermanentError(str(exc)) from None
     keyed = replace(context, idempotency_key=key)
-    action = _ensure_recorded(call, tool, effect, key, args)
+    action = _ensure_recorded(call, tool, effect, key, args, context.settings)
     crash_point("after_intended")
     for resend in range(RESEND_POLICY.attempts + 1):
         context.keep_going()
@@ -103,7 +104,7 @@ def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
         key = check_key(effect.key(call.block["input"], context), what="idempotency key")
     except NightshiftError:
         return  # perform() reports it to the model when this call's turn comes
-    _ensure_recorded(call, tool, effect, key, call.block["input"])
+    _ensure_recorded(call, tool, effect, key, call.block["input"], context.settings)
 
 
 def _next_move(
@@ -214,7 +215,12 @@ def _as_result(output: ToolOutput) -> dict[str, Any]:
 
 
 def _ensure_recorded(
-    call: ToolCall, tool: Tool, effect: SideEffect, key: str, args: dict[str, Any]
+    call: ToolCall,
+    tool: Tool,
+    effect: SideEffect,
+    key: str,
+    args: dict[str, Any],
+    settings: Settings,
 ) -> ActionView:
     """Save the key before anything is sent; an existing row (same meaning) is reused."""
     state = ActionState.PENDING_APPROVAL if tool.requires_approval else ActionState.INTENDED
@@ -230,7 +236,7 @@ def _ensure_recorded(
                 args=args,
                 state=state,
                 requires_approval=tool.requires_approval,
-                approvers=list(tool.approvers),
+                approvers=list(settings.approvers_for(tool.name, tool.approvers)),
             )
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
         )

@@ -107,6 +107,14 @@ def record_proposals(
 def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     if tool.has_side_effects:
         return perform(tool, call, context)
+    if tool.requires_approval:
+        # Defence in depth (tools.py refuses this at definition time): only the action protocol
+        # records an approval and waits for it, so without a side effect nothing would.
+        log.error("tool %s requires approval but declares no side effect; not run", tool.name)
+        raise PermanentError(
+            f"{tool.name} requires approval but declares no side effect, so no approval could "
+            "be recorded; it was not run"
+        )
     return call_with_retries(
         lambda: tool.fn(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going
     )

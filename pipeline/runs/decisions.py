@@ -2,6 +2,8 @@
 
 Each is a compare-and-set on the action row: the first decision wins, an identical second one
 returns the first outcome, a conflicting one is refused. The run is woken after the commit.
+Who decides is an Actor the caller authenticated (a token, a proxy header, the operator CLI);
+every decision is also appended to the action's audit trail with how it was authenticated.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from models import Action, ActionState, Run, RunStatus
+from models import Action, ActionAudit, ActionState, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError, StatusConflict, UnknownAction
 from pipeline.logs import get_logger
@@ -29,6 +31,17 @@ class DecisionConflict(StatusConflict):
 
 class NotAnApprover(NightshiftError):
     """This person is not among the action's approvers."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts on an action, as established by the caller, never as a request claims."""
+
+    identity: str
+    """Recorded as `decided_by` and matched against the action's approvers."""
+    via: str
+    """How the identity was established, for the audit trail: `token nst_ab12cd34`,
+    `proxy header X-Forwarded-Email`, `cli (OS user)`, `cli --as (OS user alice)`."""
 
 
 class Decision(StrEnum):
@@ -58,19 +71,22 @@ _RULES: dict[Decision, tuple[ActionState, ActionState]] = {
 }
 
 
-def decide(key: str, decision: Decision | str, by: str, note: str | None = None) -> DecisionResult:
+def decide(
+    key: str, decision: Decision | str, actor: Actor, note: str | None = None
+) -> DecisionResult:
     """Record a person's decision once and wake the run that waits for it."""
     decision = Decision(decision)
     with transaction() as session:
-        result = decide_txn(session, key, decision, by, note)
+        result = decide_txn(session, key, decision, actor, note)
     if result.first:
         _wake(result.run_id, result.action_key)
     return result
 
 
 def decide_txn(
-    session: Session, key: str, decision: Decision, by: str, note: str | None
+    session: Session, key: str, decision: Decision, actor: Actor, note: str | None
 ) -> DecisionResult:
+    by = actor.identity
     required, new = _RULES[decision]
     values: dict[str, Any] = {
         "state": new,
@@ -101,9 +117,26 @@ def decide_txn(
         .returning(Action.run_id)
     ).scalar_one_or_none()
     if changed is not None:
-        log.info("action %s: %s by %s", key, decision, by)
+        log.info("action %s: %s by %s (%s)", key, decision, by, actor.via)
+        audit_txn(session, key, changed, decision.value, actor, note)
         return DecisionResult(key, decision, by, True, new, changed)
     return _repeat_or_refuse(session, key, decision, required, by)
+
+
+def audit_txn(
+    session: Session,
+    key: str,
+    run_id: uuid.UUID,
+    event: str,
+    actor: Actor,
+    note: str | None = None,
+) -> None:
+    """Append to the action's audit trail (in the transaction that made the change)."""
+    session.add(
+        ActionAudit(
+            action_key=key, run_id=run_id, event=event, by=actor.identity, via=actor.via, note=note
+        )
+    )
 
 
 def _repeat_or_refuse(
@@ -117,7 +150,11 @@ def _repeat_or_refuse(
     if row is None:
         raise UnknownAction(f"no action has idempotency key {key!r}")
     if row.decision is None and row.state == required and row.approvers:
-        raise NotAnApprover(f"{by!r} may not decide action {key!r}; approvers: {row.approvers}")
+        # Never say who may: that tells a stranger whose credential to go after.
+        raise NotAnApprover(
+            f"{by!r} is not among the approvers of action {key!r} (the tool's approvers, or "
+            "NIGHTSHIFT_APPROVERS_<TOOL> on the workers, say who is)"
+        )
     run_status = session.scalar(select(Run.status).where(Run.id == row.run_id))
     if row.decision is None and run_status in RunStatus.terminal():
         raise StatusConflict(

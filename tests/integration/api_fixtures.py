@@ -16,12 +16,20 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
-from models import Action, ActionState, Run, RunStatus
+from models import Action, ActionAudit, ActionState, Run, RunStatus
+from pipeline.agents.patch import REVIEWER
+from pipeline.agents.price_synthesis import PRICING_APPROVER
 from pipeline.api.base import ApiConfig
 from pipeline.api.server import create_app
+from pipeline.api.tokens import create_token
 from pipeline.api.webhooks import signed_headers
 from pipeline.db import transaction
+from pipeline.runs.decisions import Actor
 from pipeline.runs.start import create_run_txn
+
+# The shipped approval-requiring tools' default approvers, deciding from a test.
+REVIEWER_ACTOR = Actor(REVIEWER, "test")
+PRICING_ACTOR = Actor(PRICING_APPROVER, "test")
 
 TOKEN = "test-api-token-not-secret-0123456789"
 APPROVAL_SECRET = "test-approval-secret-not-secret-0123"
@@ -49,20 +57,38 @@ def make_app(**overrides: Any) -> FastAPI:
     return create_app(ApiConfig(**config))
 
 
-def client(**overrides: Any) -> TestClient:
-    return TestClient(make_app(**overrides))
+def client(headers: dict[str, str] | None = None, **overrides: Any) -> TestClient:
+    return TestClient(make_app(**overrides), headers=headers)
 
 
 def signed(
-    path: str, body: dict[str, Any] | bytes, secret: str | None = None, **extra: Any
+    path: str,
+    body: dict[str, Any] | bytes,
+    secret: str | None = None,
+    token: str | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     """httpx keyword arguments for a webhook POST to `path`, signed for it (with the approval
-    or the event secret, by the path)."""
+    or the event secret, by the path), carrying `token` as the bearer if given."""
     if secret is None:
         secret = EVENT_SECRET if path.startswith("/events/") else APPROVAL_SECRET
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    signature = signed_headers(secret, "POST", path, raw, **extra)
-    return {"content": raw, "headers": {"Content-Type": "application/json", **signature}}
+    headers = {
+        "Content-Type": "application/json",
+        **signed_headers(secret, "POST", path, raw, **extra),
+    }
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return {"content": raw, "headers": headers}
+
+
+def person_token(identity: str = "alice@example.com") -> str:
+    """A token for `identity`, as `nightshift tokens create --for` makes one."""
+    return create_token(identity, created_by="test").token
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def park_on_approval(
@@ -95,6 +121,12 @@ def park_on_approval(
 def action_row(key: str = PR_KEY) -> Action:
     with transaction() as session:
         return session.execute(select(Action).where(Action.idempotency_key == key)).scalar_one()
+
+
+def audit_trail(key: str = PR_KEY) -> list[ActionAudit]:
+    with transaction() as session:
+        query = select(ActionAudit).where(ActionAudit.action_key == key).order_by(ActionAudit.id)
+        return list(session.scalars(query))
 
 
 def count(model: type[Any]) -> int:

@@ -9,7 +9,7 @@ from sqlalchemy import select, text, update
 
 from models import Action, ActionState, RunStatus
 from pipeline.db import transaction
-from pipeline.runs.decisions import Decision, decide
+from pipeline.runs.decisions import Actor, Decision, decide
 from pipeline.runs.start import start_run
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
@@ -65,7 +65,7 @@ def test_a_crash_anywhere_sends_the_report_email_exactly_once(
         assert action is not None and action.state == ActionState.OUTCOME_UNKNOWN
         # a person checks the mailbox and says what they found
         verdict = Decision.HAPPENED if delivered else Decision.DID_NOT_HAPPEN
-        decide(KEY, verdict, by="oncall@example.com", note="checked the mailbox")
+        decide(KEY, verdict, Actor("oncall@example.com", "test"), note="checked the mailbox")
         row = wait_for_status(run_id, SETTLED - {RunStatus.NEEDS_ATTENTION.value}, timeout=60)
         delivered = len(sandbox.email.deliveries(KEY))
     assert row.status == RunStatus.SUCCEEDED, row.error

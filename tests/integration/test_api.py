@@ -3,6 +3,8 @@ and the right 4xx (with a clear {"error"} and nothing written) for every bad req
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import json
 import logging
 import socket
@@ -13,9 +15,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from models import Action, ActionState, Batch, Run, RunStatus
+from models import Action, ActionState, ApiToken, Batch, Run, RunStatus
 from pipeline.api.base import ApiConfig
 from pipeline.cli.main import main
 from pipeline.db import transaction
@@ -27,12 +29,16 @@ from tests.integration.api_fixtures import (
     PR_KEY,
     TOKEN,
     action_row,
+    audit_trail,
+    bearer,
     client,
     count,
     live_server,
     make_app,
     park_on_approval,
+    person_token,
 )
+from tests.support import run_row
 
 REPORT = {"agent": "nightly_report", "input": {"team": "ops", "date": "2026-11-29"}}
 
@@ -97,9 +103,12 @@ def test_a_waiting_run_is_cancelled_at_once(api: TestClient) -> None:
         session.execute(
             update(Run).where(Run.id == uuid.UUID(run_id)).values(status=RunStatus.WAITING)
         )
-    response = api.post(f"/runs/{run_id}/cancel", json={"by": "oncall"}, headers=AUTH)
+    # the body's "by" claims someone; the run records whom the token speaks for
+    oncall = bearer(person_token("oncall@example.com"))
+    response = api.post(f"/runs/{run_id}/cancel", json={"by": "the-ceo"}, headers=oncall)
     assert response.status_code == 200, response.text
     assert response.json() == {"run_id": run_id, "status": "cancelled"}
+    assert run_row(uuid.UUID(run_id)).cancel_requested_by == "oncall@example.com"
     # a body is optional, and cancelling a finished run changes nothing
     again = api.post(f"/runs/{run_id}/cancel", headers=AUTH)
     assert again.json()["status"] == "cancelled"
@@ -351,15 +360,19 @@ def test_people_decide_and_cancel_from_the_command_line(
     assert listed["idempotency_key"] == PR_KEY
 
     # when a person approves it twice and someone else rejects it
-    assert main(["approve", PR_KEY, "--by", "alice@example.com", "--note", "ok"]) == 0
+    assert main(["approve", PR_KEY, "--as", "alice@example.com", "--note", "ok"]) == 0
     assert "recorded; state intended" in capsys.readouterr().out
-    assert main(["approve", PR_KEY, "--by", "alice@example.com"]) == 0
+    assert main(["approve", PR_KEY, "--as", "alice@example.com"]) == 0
     assert "already recorded; nothing changed" in capsys.readouterr().out
-    assert main(["reject", PR_KEY, "--by", "bob@example.com"]) == 2
+    assert main(["reject", PR_KEY, "--as", "bob@example.com"]) == 2
     assert "nightshift: action 'pr:acme/shop:patch/issue-7' was already decided" in (
         capsys.readouterr().err
     )
     assert action_row().decided_by == "alice@example.com"
+    # the audit trail says the CLI recorded a name given with --as, and whose OS account it was
+    [approved] = audit_trail(PR_KEY)
+    assert approved.by == "alice@example.com"
+    assert approved.via == f"cli --as (OS user {getpass.getuser()})"
 
     # and an action whose outcome is unknown is resolved by a person who checked
     with transaction() as session:
@@ -368,8 +381,14 @@ def test_people_decide_and_cancel_from_the_command_line(
             .where(Action.idempotency_key == PR_KEY)
             .values(state=ActionState.OUTCOME_UNKNOWN)
         )
-    assert main(["actions", "resolve", PR_KEY, "--happened", "--by", "carol"]) == 0
+    assert main(["actions", "resolve", PR_KEY, "--happened"]) == 0
     assert action_row().state == ActionState.CONFIRMED
+    resolved = audit_trail(PR_KEY)[-1]
+    assert (resolved.event, resolved.by, resolved.via) == (
+        "happened",
+        getpass.getuser(),
+        "cli (OS user)",
+    )
     assert main(["actions", "resolve", "no-such-key", "--did-not-happen"]) == 2
     assert "no action has idempotency key 'no-such-key'" in capsys.readouterr().err
 
@@ -388,3 +407,37 @@ def test_run_routes_take_a_unique_id_prefix(db_url: str) -> None:
     assert unknown.status_code == 404 and "no run id starts with" in unknown.json()["error"]
     cancelled = api.post(f"/runs/{full[:8]}/cancel", headers=AUTH)
     assert cancelled.status_code == 200 and cancelled.json()["run_id"] == full
+
+
+def test_tokens_are_made_for_a_person_shown_once_stored_hashed_and_revoked(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # when an operator makes a token for the pricing manager
+    assert main(["tokens", "create", "--for", "pricing@acme.example", "--json"]) == 0
+    issued = json.loads(capsys.readouterr().out)
+    token = issued["token"]
+    assert token.startswith("nst_") and len(token) > 40
+
+    # then only its hash is stored, and it speaks for that person
+    with transaction() as session:
+        row = session.execute(select(ApiToken)).scalar_one()
+    assert row.identity == "pricing@acme.example" and token not in repr(row.__dict__)
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    api = client()
+    assert api.get("/runs", headers=bearer(token)).status_code == 200
+
+    # and the list names it by prefix, never in full
+    assert main(["tokens", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert token[:12] in listing and token not in listing and "pricing@acme.example" in listing
+
+    # and once revoked it opens nothing
+    assert main(["tokens", "revoke", token[:12]]) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert api.get("/runs", headers=bearer(token)).status_code == 401
+    assert main(["tokens", "list"]) == 0
+    assert token[:12] not in capsys.readouterr().out
+    assert main(["tokens", "revoke", "nst_nosuchone"]) == 2
+    assert "no token has id or prefix 'nst_nosuchone'" in capsys.readouterr().err
+    assert main(["tokens", "create", "--for", "NIGHTSHIFT_API_TOKEN"]) == 2
+    assert "reserved" in capsys.readouterr().err

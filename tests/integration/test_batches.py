@@ -24,6 +24,7 @@ from pipeline.runs.schedules import fire
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.settings import get_settings
 from pipeline.slots import Overlap, Schedule
+from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
 
@@ -89,7 +90,7 @@ def approve_twice_at_once(key: str) -> list[DecisionResult]:
 
     def approve() -> None:
         barrier.wait()
-        results.append(decide(key, Decision.APPROVE, by="pricing-manager"))
+        results.append(decide(key, Decision.APPROVE, PRICING_ACTOR))
 
     threads = [threading.Thread(target=approve) for _ in range(2)]
     for thread in threads:

@@ -3,6 +3,7 @@ calls) against real PostgreSQL; the web and email sandboxes answer the tools."""
 
 from __future__ import annotations
 
+import json
 import logging
 import stat
 import uuid
@@ -183,3 +184,24 @@ def test_engine_log_lines_name_the_run_step_agent_and_worker(
     for line in engine_lines:
         assert f"run={run_id}" in line and "step=0" in line, line
         assert "agent=nightly_report" in line and "worker=host:123:thread" in line, line
+
+
+def test_a_tool_that_requires_approval_never_runs_without_the_action_protocol(
+    tools_up: None, register_agents: Callable[..., None]
+) -> None:
+    # given a tool marked requires_approval with no side effect (forced past tools.py's check)
+    register_agents("tests.fixture_agents:UNGUARDED")
+    run_id = create("unguarded", {})
+
+    # when the model calls it
+    row = drive(run_id)
+
+    # then the engine refuses to call the function, and says why to the model
+    assert row.status == RunStatus.SUCCEEDED, row.error
+    with transaction() as session:
+        [result] = session.scalars(
+            select(JournalEntry.payload).where(JournalEntry.key.like("tool:%"))
+        ).all()
+    assert result["is_error"] is True
+    assert "requires approval but declares no side effect" in result["content"]
+    assert "GRANTED" not in json.dumps(result)

@@ -1,5 +1,6 @@
-"""The status page: sign in with the token, see runs, batches and timelines, and decide pending
-approvals once, behind a session cookie and a CSRF token. One test drives headless Chromium."""
+"""The status page: sign in with your own token (or through a trusted proxy), see runs,
+batches and timelines, and decide pending approvals once in your own name, behind a session
+cookie and a CSRF token. One test drives headless Chromium."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from models import ActionState, Batch, JournalEntry, Run, RunStatus
+from pipeline.api.tokens import revoke_token
 from pipeline.db import transaction
 from pipeline.runs.start import start_run
 from pipeline.sandbox.pricing import PricingSandbox
@@ -28,6 +30,7 @@ from tests.integration.api_fixtures import (
     live_server,
     make_app,
     park_on_approval,
+    person_token,
 )
 from tests.integration.conftest import ProcessFactory
 from tests.support import run_row, wait_for_status
@@ -51,8 +54,9 @@ def page_client(db_url: str) -> TestClient:
 
 
 def sign_in(api: TestClient, who: str = "alice@example.com") -> str:
-    """Sign in; returns the CSRF token the pages carry for this session."""
-    response = api.post("/ui/login", data={"who": who, "token": TOKEN}, follow_redirects=False)
+    """Sign in with a token of `who`'s own; returns the CSRF token the pages carry."""
+    token = person_token(who)
+    response = api.post("/ui/login", data={"token": token}, follow_redirects=False)
     assert response.status_code == 303, response.text
     dashboard = api.get("/ui")
     match = re.search(r'name="csrf" value="([^"]+)"', dashboard.text)
@@ -67,17 +71,20 @@ def test_signing_in_sets_a_strict_http_only_cookie_without_the_token(
     anonymous = page_client.get("/ui", follow_redirects=False)
     assert (anonymous.status_code, anonymous.headers["location"]) == (303, "/ui/login")
     # a wrong token is refused, with no cookie
-    wrong = page_client.post("/ui/login", data={"who": "eve", "token": "guess-guess-guess-1"})
-    assert wrong.status_code == 401 and "not the API token" in wrong.text
+    wrong = page_client.post("/ui/login", data={"token": "nst_guess-guess-guess-1"})
+    assert wrong.status_code == 401 and "unknown or revoked" in wrong.text
     assert "set-cookie" not in wrong.headers
-    # the right one sets a session cookie that cannot be read by scripts or sent cross-site
-    ok = page_client.post(
-        "/ui/login", data={"who": "alice@example.com", "token": TOKEN}, follow_redirects=False
-    )
+    # the shared API token names nobody, so it signs nobody in (finding 2: "who" was typed)
+    shared = page_client.post("/ui/login", data={"who": "alice@example.com", "token": TOKEN})
+    assert shared.status_code == 401 and "your own token" in shared.text
+    assert "set-cookie" not in shared.headers
+    # a person's own token sets a session cookie that scripts cannot read nor sites send
+    mine = person_token("alice@example.com")
+    ok = page_client.post("/ui/login", data={"token": mine}, follow_redirects=False)
     cookie = ok.headers["set-cookie"]
     assert cookie.startswith("nightshift_session=")
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
-    assert TOKEN not in cookie
+    assert mine not in cookie
     # the pages are not framable and run no inline script
     page = page_client.get("/ui")
     assert page.status_code == 200 and "alice@example.com" in page.text
@@ -205,8 +212,9 @@ def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
     _need(Path(CHROMIUM).exists(), CHROMIUM)
     assert sync_playwright is not None
 
-    # given a worker, and the night's price synthesis waiting for its change to be approved
-    processes("worker")
+    # given a worker that names the pricing manager as the approver of price changes, and the
+    # night's price synthesis waiting for its change to be approved
+    processes("worker", env={"NIGHTSHIFT_APPROVERS_SET_PRICE": "pricing.manager@example.com"})
     run_id = start_run("price_synthesis", SYNTHESIS_INPUT).run_id
     parked = wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
     assert parked.waiting_on == f"approval:{PRICE_KEY}"
@@ -220,8 +228,7 @@ def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
             # when the pricing manager opens the page, signs in and approves the change
             page.goto(f"{base}/ui")
             assert page.url == f"{base}/ui/login"
-            page.fill("input[name=who]", "pricing.manager@example.com")
-            page.fill("input[name=token]", TOKEN)
+            page.fill("input[name=token]", person_token("pricing.manager@example.com"))
             page.click("button[type=submit]")
             page.wait_for_url(f"{base}/ui")
             row = page.locator(f'tr.approval[data-key="{PRICE_KEY}"]')
@@ -254,3 +261,41 @@ def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
         "matches the market",
     )
     assert "sku-2 set to 52.00" in run_row(run_id).result["text"]
+
+
+def test_a_revoked_token_ends_its_sessions_at_once(page_client: TestClient) -> None:
+    park_on_approval()
+    token = person_token("alice@example.com")
+    assert page_client.post("/ui/login", data={"token": token}).status_code == 200
+    assert page_client.get("/ui", follow_redirects=False).status_code == 200
+    revoke_token(token[:12], by="test")
+    assert page_client.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_a_trusted_proxy_signs_people_in_only_when_switched_on(db_url: str) -> None:
+    park_on_approval(approvers=("alice@example.com",))
+    who = {"X-Forwarded-Email": "alice@example.com"}
+    # off by default: the header means nothing
+    plain = client(headers=who)
+    assert plain.get("/ui", follow_redirects=True).url.path == "/ui/login"
+    assert plain.get("/runs").status_code == 401
+    # switched on, but the request does not come from a trusted proxy address
+    untrusted = client(headers=who, identity_header="X-Forwarded-Email")
+    assert untrusted.get("/runs").status_code == 401
+    # switched on and from the proxy (the test client's address): signed in as the header says
+    proxied = client(
+        headers=who,
+        identity_header="X-Forwarded-Email",
+        trusted_proxies=frozenset({"testclient"}),
+    )
+    assert proxied.get("/runs").status_code == 200
+    page = proxied.get("/ui")
+    assert page.url.path == "/ui" and "alice@example.com" in page.text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    decided = proxied.post(ACTION_PAGE, data={"decision": "approve", "csrf": csrf.group(1)})
+    assert decided.status_code == 200
+    assert action_row().decided_by == "alice@example.com"
+    # and when the proxy says someone else, the old session no longer counts
+    proxied.headers["X-Forwarded-Email"] = "bob@example.com"
+    assert "bob@example.com" in proxied.get("/ui").text

@@ -25,6 +25,7 @@ from pipeline.runs.start import create_run_txn, start_run
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
+from tests.integration.api_fixtures import REVIEWER_ACTOR
 from tests.integration.conftest import ProcessFactory
 from tests.support import ServiceUrls, run_row, wait_for, wait_for_status
 
@@ -115,7 +116,7 @@ def test_a_thousand_waiting_runs_hold_no_message_and_no_worker_then_all_resume(
     assert due is not None and now is not None and due > now
     timers_due_in = (due - now).total_seconds()
     for n in range(500):
-        decide(f"pr:acme/shop:patch/issue-{1000 + n}", Decision.APPROVE, by="lead")
+        decide(f"pr:acme/shop:patch/issue-{1000 + n}", Decision.APPROVE, REVIEWER_ACTOR)
     approved_at = time.monotonic()
 
     # then every run leaves waiting within the tick interval plus a few seconds
@@ -148,7 +149,7 @@ def test_an_approval_fired_twice_at_once_executes_once(
 
     def approve() -> None:
         barrier.wait()
-        results.append(decide(PR_KEY, Decision.APPROVE, by="pricing-manager"))
+        results.append(decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR))
 
     threads = [threading.Thread(target=approve) for _ in range(2)]
     for thread in threads:
@@ -161,11 +162,11 @@ def test_an_approval_fired_twice_at_once_executes_once(
     row = wait_for_status(run_id, DONE, timeout=30)
     assert row.status == RunStatus.SUCCEEDED, row.error
     assert len(opened_pulls(services_up.githost)) == 1
-    assert decide(PR_KEY, Decision.APPROVE, by="pricing-manager").first is False
+    assert decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR).first is False
     with pytest.raises(DecisionConflict, match="already decided"):
-        decide(PR_KEY, Decision.REJECT, by="pricing-manager")
+        decide(PR_KEY, Decision.REJECT, REVIEWER_ACTOR)
     with pytest.raises(UnknownAction, match="no-such-key"):
-        decide("no-such-key", Decision.APPROVE, by="pricing-manager")
+        decide("no-such-key", Decision.APPROVE, REVIEWER_ACTOR)
 
 
 def test_a_rejection_is_told_to_the_model_and_nothing_is_opened(
@@ -174,7 +175,7 @@ def test_a_rejection_is_told_to_the_model_and_nothing_is_opened(
     processes("w1")
     run_id = start_run("patch", BUG).run_id
     wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
-    decide(PR_KEY, Decision.REJECT, by="lead", note="needs a test first")
+    decide(PR_KEY, Decision.REJECT, REVIEWER_ACTOR, note="needs a test first")
     row = wait_for_status(run_id, DONE, timeout=30)
     assert row.status == RunStatus.SUCCEEDED
     assert "rejected" in row.result["text"] and "needs a test first" in row.result["text"]
@@ -188,7 +189,7 @@ def test_a_worker_killed_after_approval_before_the_reply_is_saved_opens_one_pull
     doomed = processes("doomed", env={"NIGHTSHIFT_CRASH_POINTS": "after_send_before_reply"})
     run_id = start_run("patch", BUG).run_id
     wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
-    decide(PR_KEY, Decision.APPROVE, by="lead")
+    decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
     wait_for(doomed.exited, timeout=30, what="the worker to die after the send")
     assert len(opened_pulls(services_up.githost)) == 1
 
@@ -231,7 +232,7 @@ def test_cancel_while_an_outcome_is_unknown_keeps_the_action_for_reconciliation(
     doomed = processes("doomed", env={"NIGHTSHIFT_CRASH_POINTS": "after_attempted"})
     run_id = start_run("patch", BUG).run_id
     wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
-    decide(PR_KEY, Decision.APPROVE, by="lead")
+    decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
     wait_for(doomed.exited, timeout=30, what="the worker to die after marking the attempt")
 
     # the action is attempted with no reply; cancel before anyone reconciles it

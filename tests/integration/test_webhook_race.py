@@ -15,7 +15,15 @@ from models import RunStatus
 from pipeline.runs.start import start_run
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.settings import get_settings
-from tests.integration.api_fixtures import BUG, PR_KEY, live_server, make_app, signed
+from tests.integration.api_fixtures import (
+    BUG,
+    PR_KEY,
+    action_row,
+    live_server,
+    make_app,
+    person_token,
+    signed,
+)
 from tests.integration.conftest import ProcessFactory
 from tests.support import wait_for_status
 
@@ -27,19 +35,26 @@ def test_the_approval_webhook_fired_twice_at_once_opens_one_pull_request(
     monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", githost.url)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     get_settings.cache_clear()
-    processes("w1")
+    # a worker configured, as a deployment would be, to let only Alice open pull requests
+    processes("w1", env={"NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST": "alice@example.com"})
     run_id = start_run("patch", BUG).run_id
     wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
 
     path = f"/approvals/{PR_KEY}"
-    body = {"decision": "approve", "by": "alice@example.com"}
+    body = {"decision": "approve"}
+    alice = person_token("alice@example.com")
     with live_server(make_app()) as base:
+        # the tool's default reviewer is not the configured approver: refused, nothing named
+        reviewer = signed(path, body, token=person_token("reviewer@example.com"))
+        refused = httpx.post(f"{base}{path}", timeout=10, **reviewer)
         # the same delivery twice at once (a sender's retry, or a capture replayed)
-        same = signed(path, body)
+        same = signed(path, body, token=alice)
         duplicated = fire_at_once(f"{base}{path}", [same, same])
         # two deliveries signed apart, at once (two buttons pressed)
-        apart = [signed(path, body, now=time.time() + i) for i in (1, 2)]
+        apart = [signed(path, body, token=alice, now=time.time() + i) for i in (1, 2)]
         separate = fire_at_once(f"{base}{path}", apart)
+
+    assert refused.status_code == 403 and "alice" not in refused.text
 
     assert sorted(a.status_code for a in duplicated) == [200, 401]
     assert [a.json()["first"] for a in duplicated if a.status_code == 200] == [True]
@@ -48,6 +63,7 @@ def test_the_approval_webhook_fired_twice_at_once_opens_one_pull_request(
     row = wait_for_status(run_id, {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}, 60)
     assert row.status == RunStatus.SUCCEEDED, row.error
     assert len([e for e in githost.log.entries() if e["action"] == "opened"]) == 1
+    assert action_row().decided_by == "alice@example.com"
     githost.stop()
 
 

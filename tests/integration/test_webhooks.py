@@ -1,6 +1,6 @@
-"""Signed webhooks: approvals decided once, events started once, and every unsigned, stale,
-tampered, replayed or re-addressed request refused with 401 before anything is read or
-written."""
+"""Signed webhooks: approvals decided once in the name of the approver's token, events started
+once, and every unsigned, stale, tampered, replayed or re-addressed request refused with 401
+before anything is read or written."""
 
 from __future__ import annotations
 
@@ -18,28 +18,34 @@ import pytest
 from fastapi.testclient import TestClient
 
 from models import ActionState, Event, Run, RunStatus
+from pipeline.api.tokens import revoke_token
 from pipeline.api.webhooks import BadSignature, signature, verify
 from tests.integration.api_fixtures import (
     APPROVAL_SECRET,
     EVENT_SECRET,
     PR_KEY,
+    TOKEN,
     action_row,
+    audit_trail,
+    bearer,
     client,
     count,
     live_server,
     make_app,
     park_on_approval,
+    person_token,
     signed,
 )
 from tests.support import run_row
 
-APPROVE = {"decision": "approve", "by": "alice@example.com", "note": "looks right"}
+APPROVE = {"decision": "approve", "note": "looks right"}
 REPORT_REQUEST = {"team": "ops", "date": "2026-11-29"}
 
 
 @pytest.fixture
 def api(db_url: str) -> TestClient:
-    return client()
+    """A client whose requests carry Alice's own token."""
+    return client(headers=bearer(person_token("alice@example.com")))
 
 
 def approval(api: TestClient, body: dict | bytes, key: str = PR_KEY, **sign: object):
@@ -101,15 +107,58 @@ def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
 
 
 def test_unknown_actions_and_strangers_are_refused(api: TestClient) -> None:
-    park_on_approval(approvers=("alice@example.com",))
+    park_on_approval(approvers=("alice@example.com", "carol@example.com"))
     unknown = approval(api, APPROVE, key="pr:acme/shop:patch/issue-999")
     assert unknown.status_code == 404
     assert "'pr:acme/shop:patch/issue-999'" in unknown.json()["error"]
-    stranger = approval(api, {"decision": "approve", "by": "mallory@example.com"})
+    # finding 2: a stranger with a valid token of their own is refused, and is not told who
+    # may approve
+    mallory = person_token("mallory@example.com")
+    stranger = approval(api, APPROVE, token=mallory)
     assert stranger.status_code == 403
-    assert "mallory@example.com" in stranger.json()["error"]
+    error = stranger.json()["error"]
+    assert "'mallory@example.com' is not among the approvers" in error
+    assert "alice" not in error and "carol" not in error
     assert action_row().state == ActionState.PENDING_APPROVAL
     assert approval(api, APPROVE).json()["first"] is True
+
+
+def test_decided_by_is_the_tokens_identity_whatever_the_body_says(api: TestClient) -> None:
+    # given an action only Alice may approve, and Mallory's own token
+    park_on_approval(approvers=("alice@example.com",))
+    mallory = person_token("mallory@example.com")
+
+    # when Mallory signs a body claiming to be Alice
+    claimed = approval(api, {"decision": "approve", "by": "alice@example.com"}, token=mallory)
+
+    # then the claim counts for nothing: Mallory is refused
+    assert claimed.status_code == 403
+    assert action_row().state == ActionState.PENDING_APPROVAL
+
+    # and when Alice's token approves with a body naming someone else, it is Alice's decision
+    decided = approval(api, {"decision": "approve", "by": "bob@example.com"})
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["decided_by"] == "alice@example.com"
+    assert action_row().decided_by == "alice@example.com"
+    [entry] = audit_trail(PR_KEY)
+    assert (entry.event, entry.by) == ("approve", "alice@example.com")
+    assert entry.via.startswith("approval webhook, token nst_")
+
+
+def test_an_approval_without_a_persons_credential_is_refused(api: TestClient) -> None:
+    park_on_approval(approvers=("alice@example.com",))
+    anonymous = client()
+    # no bearer at all, however well signed
+    assert approval(anonymous, APPROVE).status_code == 401
+    # a revoked token
+    bob = person_token("bob@example.com")
+    revoke_token(bob[:12], by="test")
+    assert approval(anonymous, APPROVE, token=bob).status_code == 401
+    # the shared API token names nobody: not an approver of an action that names approvers
+    shared = approval(anonymous, APPROVE, token=TOKEN)
+    assert shared.status_code == 403
+    assert "'NIGHTSHIFT_API_TOKEN' is not among the approvers" in shared.json()["error"]
+    assert action_row().state == ActionState.PENDING_APPROVAL
 
 
 PR_PATH = f"/approvals/{PR_KEY}"
@@ -186,9 +235,9 @@ def test_a_bad_signature_is_401_and_changes_nothing(api: TestClient, case: str) 
     ("body", "status", "words"),
     [
         (b'{"decision": "approve", ', 400, "not valid JSON"),
-        ({"decision": "maybe", "by": "alice@example.com"}, 422, "'decision'"),
-        ({"decision": "approve"}, 422, "'by'"),
-        ({"decision": "approve", "by": ""}, 422, "'by'"),
+        ({"decision": "maybe"}, 422, "'decision'"),
+        ({"decision": "approve", "note": "x" * 2001}, 422, "'note'"),
+        ({"decision": "approve", "as": "alice@example.com"}, 422, "'as'"),
     ],
 )
 def test_a_signed_but_malformed_approval_is_refused(
@@ -229,7 +278,7 @@ def test_the_replay_cache_is_shared_by_every_api_process(api: TestClient) -> Non
 
 def test_each_webhook_is_off_without_its_secret(db_url: str) -> None:
     no_approvals = client(approval_webhook_secret=None)
-    response = approval(no_approvals, APPROVE)
+    response = approval(no_approvals, APPROVE, token=person_token())
     assert response.status_code == 503
     assert "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET" in response.json()["error"]
     no_events = client(event_webhook_secret=None)

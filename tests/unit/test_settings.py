@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import SettingsError
-from pipeline.settings import Settings
+from pipeline.settings import Settings, approvers_variable
 
 
 def test_defaults_leave_urls_unset_for_the_embedded_services(tmp_path) -> None:
@@ -52,3 +52,23 @@ def test_the_visibility_timeout_must_exceed_the_step_time_limit() -> None:
 def test_secrets_stay_out_of_the_repr() -> None:
     settings = Settings.from_env({"ANTHROPIC_API_KEY": "sk-ant-secret-value"})
     assert "sk-ant-secret-value" not in repr(settings)
+
+
+def test_approvers_are_configured_per_tool_and_replace_the_tools_own() -> None:
+    env = {
+        "NIGHTSHIFT_APPROVERS_SET_PRICE": "pricing@acme.example, cfo@acme.example",
+        "NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST": "lead@acme.example",
+    }
+    settings = Settings.from_env(env)
+    assert settings.approvers_for("set_price", ("pricing@example.com",)) == (
+        "pricing@acme.example",
+        "cfo@acme.example",
+    )
+    assert settings.approvers_for("open_fix_pull_request", ()) == ("lead@acme.example",)
+    assert settings.approvers_for("send_report_email", ("x@example.com",)) == ("x@example.com",)
+    assert approvers_variable("open-fix.pull_request") == (
+        "NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST"
+    )
+    with pytest.raises(SettingsError, match="NIGHTSHIFT_APPROVERS_SET_PRICE is empty"):
+        Settings.from_env({"NIGHTSHIFT_APPROVERS_SET_PRICE": " , "})
+    hash(settings)  # model adapters are cached per settings
