@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pipeline import Agent, ToolContext, tool
+from pipeline import Agent, SideEffect, ToolContext, tool
 from pipeline.agent import BatchPlan, Block, Conversation, Slot, text, tool_use
 from pipeline.agents import nightly_report
+from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
 from pipeline.tools import Tool
 
 
@@ -127,3 +128,41 @@ UNGUARDED = Agent(
     input_schema={"type": "object"},
     script=_grant_once,
 )
+
+
+@tool(
+    description="Open a pull request for the issue's branch, once a person approves.",
+    schema={
+        "type": "object",
+        "properties": {"repo": {"type": "string"}, "branch": {"type": "string"}},
+        "required": ["repo", "branch"],
+        "additionalProperties": False,
+    },
+    side_effect=SideEffect(
+        service="githost",
+        key=lambda args, context: f"pr:{args['repo']}:{args['branch']}",
+        lookup=lambda key, context: find_open_pull(*key.split(":", 2)[1:], context),
+    ),
+    needs=(GITHOST,),
+    requires_approval=True,
+)
+def open_pull(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return open_pull_request(context, args["repo"], args["branch"], "A fix", "For review.")
+
+
+def _asks_for_approval(conversation: Conversation) -> list[Block]:
+    if not conversation.tool_results():
+        branch = f"patch/issue-{conversation.input['issue']}"
+        return [tool_use(0, 0, "open_pull", {"repo": conversation.input["repo"], "branch": branch})]
+    return [text(f"Done: {conversation.tool_results()[-1]['content']}")]
+
+
+APPROVAL_ONLY = Agent(
+    name="approval_only",
+    system="You open one pull request per issue, after a person approves it.",
+    instructions="Open the pull request with open_pull.",
+    tools=(open_pull,),
+    input_schema={"type": "object", "required": ["issue", "repo"]},
+    script=_asks_for_approval,
+)
+"""Patch's approval without its repository work: a thousand waiting runs cost no git."""

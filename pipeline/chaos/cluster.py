@@ -154,6 +154,7 @@ class Cluster:
             "NIGHTSHIFT_EMAIL_URL": self.sandboxes.email.url,
             "NIGHTSHIFT_PRICING_URL": self.sandboxes.pricing.url,
             "NIGHTSHIFT_GITHOST_URL": self.sandboxes.githost.url,
+            "NIGHTSHIFT_CONFIG_PATCH_GIT_URL": self.sandboxes.git_url,
             # The real anthropic SDK against the local Messages API (scripted replies).
             "ANTHROPIC_API_KEY": "chaos-local-key",
             "ANTHROPIC_BASE_URL": self.sandboxes.messages.url,

@@ -1,12 +1,16 @@
-"""A git host that allows one open pull request per branch, to test PRs that are opened once."""
+"""A git host that allows one open pull request per branch, to test PRs that are opened once;
+with `git_root`, its repositories are bare git repositories there, and a pull request needs
+its branch pushed first (as on a real host)."""
 
 from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 from pipeline.sandbox.base import SandboxServer, string_fields
+from pipeline.sandbox.git_repos import has_branch
 from pipeline.sandbox.transport import Rejected, Request, Response
 
 PULL_STATES = ("open", "closed")
@@ -20,8 +24,12 @@ class GitHostSandbox(SandboxServer):
 
     service = "githost"
 
-    def __init__(self, *, log_path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, *, log_path: str | os.PathLike[str] | None = None, git_root: Path | None = None
+    ) -> None:
         super().__init__(log_path=log_path)
+        self.git_root = git_root
+        """Where the bare repositories are (`<owner>/<name>.git`); None: no git behind it."""
         self._pulls: dict[str, list[dict[str, Any]]] = {}
         """Pull requests per "owner/repo", in number order (number = index + 1)."""
         self._lock = threading.Lock()
@@ -43,6 +51,8 @@ class GitHostSandbox(SandboxServer):
         body = request.json_object()
         branch, title = string_fields(body, "branch", "title")
         text = body.get("body") or ""
+        if self.git_root is not None and not has_branch(self.git_root, repo, branch):
+            raise Rejected(422, f"branch {branch} does not exist in {repo}: push it first")
         with self._lock:
             pulls = self._pulls.setdefault(repo, [])
             self._refuse_second_open(pulls, branch)

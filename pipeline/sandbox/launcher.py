@@ -15,6 +15,7 @@ from typing import Any, Self
 
 from pipeline.sandbox.base import SandboxServer
 from pipeline.sandbox.email import MODES, EmailMode, EmailSandbox
+from pipeline.sandbox.git_repos import seed_demo_repository, url_template
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.pricing import PricingSandbox
@@ -35,11 +36,19 @@ class SandboxSet:
     def servers(self) -> dict[str, SandboxServer]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @property
+    def git_url(self) -> str:
+        """NIGHTSHIFT_CONFIG_PATCH_GIT_URL for the git host's bare repositories."""
+        assert self.githost.git_root is not None
+        return url_template(self.githost.git_root)
+
     def describe(self) -> dict[str, Any]:
-        """What `sandbox.json` holds: each service's URL, and `logs` with each delivery log."""
+        """What `sandbox.json` holds: each service's URL, `git_url` (the remotes, for Patch),
+        and `logs` with each delivery log."""
         servers = self.servers()
         return {
             **{name: server.url for name, server in servers.items()},
+            "git_url": self.git_url,
             "logs": {name: str(server.log.path) for name, server in servers.items()},
         }
 
@@ -57,13 +66,16 @@ class SandboxSet:
 def start_all(
     dir: Path, *, email_mode: EmailMode = "keys", responder: Responder = default_responder
 ) -> SandboxSet:
-    """Start all services on ephemeral loopback ports, with their delivery logs in `dir`."""
+    """Start all services on ephemeral loopback ports, with their delivery logs in `dir` and
+    the git host's bare repositories (the demo repository seeded) in `dir/remotes`."""
     dir.mkdir(parents=True, exist_ok=True)
+    remotes = dir / "remotes"
+    seed_demo_repository(remotes)
     sandboxes = SandboxSet(
         web=WebSandbox(log_path=dir / "web.jsonl"),
         email=EmailSandbox(mode=email_mode, log_path=dir / "email.jsonl"),
         pricing=PricingSandbox(log_path=dir / "pricing.jsonl"),
-        githost=GitHostSandbox(log_path=dir / "githost.jsonl"),
+        githost=GitHostSandbox(log_path=dir / "githost.jsonl", git_root=remotes),
         messages=MessagesSandbox(responder=responder, log_path=dir / "messages.jsonl"),
     )
     try:

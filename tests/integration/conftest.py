@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.local.processes import CeleryProcess
 from pipeline.sandbox.email import EmailSandbox
+from pipeline.sandbox.git_repos import seed_demo_repository, url_template
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
@@ -62,3 +63,13 @@ def processes(tmp_path: Path) -> Iterator[ProcessFactory]:
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture
+def git_remotes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Bare repositories standing in for the git host's remotes, the demo repository (a seeded
+    bug, a failing test) among them; Patch clones from and pushes to them."""
+    root = tmp_path / "remotes"
+    seed_demo_repository(root)
+    monkeypatch.setenv("NIGHTSHIFT_CONFIG_PATCH_GIT_URL", url_template(root))
+    return root

@@ -57,7 +57,7 @@ def nightshift(*args: str) -> str:
 
 
 def test_a_run_waiting_for_approval_survives_restarting_everything(
-    own_services: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_services: Path, git_remotes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     githost = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
     monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", githost.url)

@@ -6,7 +6,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -41,8 +41,11 @@ class Services:
 
 
 @pytest.fixture
-def services_up(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Services]:
-    """The web and git host sandboxes; the scripted model (no API key) answers."""
+def services_up(
+    db_url: str, git_remotes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Services]:
+    """The web and git host sandboxes, and the remotes Patch pushes to; the scripted model
+    (no API key) answers."""
     web = WebSandbox(log_path=tmp_path / "web.jsonl").start()
     githost = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
     monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
@@ -88,17 +91,22 @@ def _run_of(message: dict) -> str:
 
 
 def test_a_thousand_waiting_runs_hold_no_message_and_no_worker_then_all_resume(
-    services_up: Services, processes: ProcessFactory, services: ServiceUrls
+    services_up: Services,
+    processes: ProcessFactory,
+    services: ServiceUrls,
+    register_agents: Callable[..., None],
 ) -> None:
     # given 500 runs that will check back in a while and 500 waiting for an approval
     # (a long hand-off grace: the queue is long for a while, and re-sending handed-off runs
     # then would only add duplicate messages)
+    # (Patch's approval without its repository work: the waits are what is measured here)
     patient = {"NIGHTSHIFT_HANDOFF_GRACE_SECONDS": "120"}
+    register_agents("tests.fixture_agents:APPROVAL_ONLY")
     workers = [processes(name, concurrency=16, env=patient) for name in ("w1", "w2")]
     processes("beat", beat=True)
     wait_seconds = 90  # long enough for all 1,000 to park first
     timers = [start_run("follow_up", {"after_seconds": wait_seconds}).run_id for _ in range(500)]
-    approvals = [start_run("patch", {**BUG, "issue": 1000 + n}).run_id for n in range(500)]
+    approvals = [start_run("approval_only", {**BUG, "issue": 1000 + n}).run_id for n in range(500)]
     everyone = timers + approvals
     wait_for(lambda: statuses(everyone).get("waiting") == 1000, timeout=120, interval=1,
              what="all 1,000 runs to be waiting")  # fmt: skip

@@ -29,7 +29,11 @@ from tests.support import wait_for_status
 
 
 def test_the_approval_webhook_fired_twice_at_once_opens_one_pull_request(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: ProcessFactory
+    db_url: str,
+    git_remotes: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    processes: ProcessFactory,
 ) -> None:
     githost = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
     monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", githost.url)

@@ -363,7 +363,7 @@ def test_start_all_describes_every_service(tmp_path: Path) -> None:
         with client(manifest["email"]) as http:
             http.post("/emails", json=EMAIL).raise_for_status()
 
-    assert set(manifest) == {"web", "email", "pricing", "githost", "messages", "logs"}
+    assert set(manifest) == {"web", "email", "pricing", "githost", "messages", "git_url", "logs"}
     assert all(manifest[name].startswith("http://127.0.0.1:") for name in manifest["logs"])
     assert len(read_log(manifest["logs"]["email"])) == 1
 
@@ -381,7 +381,8 @@ def test_sandbox_process_serves_until_sigterm(tmp_path: Path) -> None:
             time.sleep(0.05)
         urls = json.loads((tmp_path / "sandbox.json").read_text())
         with client(urls["githost"]) as http:
-            http.post("/repos/o/r/pulls", json={"branch": "b", "title": "t"}).raise_for_status()
+            pull = {"branch": "main", "title": "t"}  # the seeded repository's branch
+            http.post("/repos/acme/shop/pulls", json=pull).raise_for_status()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
 
