@@ -24,6 +24,7 @@ from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.settings import get_settings
+from tests.integration.api_fixtures import REVIEWER_ACTOR
 from tests.integration.conftest import ProcessFactory
 from tests.support import wait_for, wait_for_status
 
@@ -105,7 +106,7 @@ def test_patch_fixes_the_seeded_bug_and_pushes_only_after_the_approval(
     assert (pull_args()["base"], pull_args()["patch"]) == (proposed["base"], proposed["patch"])
 
     # when a person approves
-    decide(PR_KEY, Decision.APPROVE, by="lead")
+    decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
     row = wait_for_status(run_id, DONE, timeout=60)
 
     # then the branch is pushed, its tests pass, and one pull request is open for it
@@ -127,7 +128,7 @@ def test_two_runs_of_one_issue_on_two_workers_open_one_pull_request(
         wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
 
     # when the one pull request they both propose is approved
-    decide(PR_KEY, Decision.APPROVE, by="lead")
+    decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
 
     # then both runs end well, one commit was pushed and one pull request opened
     for run_id in runs:
@@ -162,7 +163,7 @@ def test_with_the_real_sdk_the_change_pushed_is_the_models_own(
         processes("w1")
         run_id = start_run("patch", BUG).run_id
         wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
-        decide(PR_KEY, Decision.APPROVE, by="lead")
+        decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
         row = wait_for_status(run_id, DONE, timeout=60)
 
     assert row.status == RunStatus.SUCCEEDED, row.error
