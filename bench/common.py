@@ -360,7 +360,9 @@ def scratch(
     from pipeline.settings import get_settings
 
     base_db, base_broker = configured_urls()
-    db_name = f"nsbench_{name}"
+    # Two benchmarks on one server at once (other people's too) each need their own.
+    redis_db = int(os.environ.get("NSBENCH_REDIS_DB") or redis_db)
+    db_name = f"nsbench_{name}{os.environ.get('NSBENCH_DB_SUFFIX', '')}"
     db_url = make_url(base_db).set(database=db_name).render_as_string(hide_password=False)
     bench = Scratch(
         name=name,
