@@ -15,6 +15,7 @@ _settings = get_settings()
 
 broker_url = _broker_url(_settings)
 # .delay() callers in other services read the run id from the result; results expire in a day.
+# Only those entry points keep one: steps, the tick and the schedule check store nothing.
 result_backend = broker_url
 result_expires = 24 * 3600
 broker_connection_retry_on_startup = True
@@ -44,10 +45,15 @@ task_retry_on_worker_lost = True
 # by pipeline.app.install_broker_guard.
 worker_cancel_long_running_tasks_on_connection_loss = False
 
-# Flower shows tasks from events; sent events make queued steps visible too.
-worker_send_task_events = True
-task_send_sent_event = True
-task_track_started = True
+# Task events cost a Redis PUBLISH each (received, started, succeeded, and sent by the sender)
+# on every step, whether anyone listens or not. Flower needs none of them configured: it turns
+# task events on in every worker while it runs (its `enable_events` option, on by default,
+# broadcasts the enable_events control command every few seconds), and then sees steps
+# received, started and succeeded. NIGHTSHIFT_TASK_EVENTS=true sends them always, task-sent
+# included (queued steps visible in Flower). No started state is stored: steps keep no result.
+worker_send_task_events = _settings.task_events
+task_send_sent_event = _settings.task_events
+task_track_started = False
 
 # Workers consume both queues (kombu's Redis transport takes them in turn), so the tick is
 # picked up within a few messages even when thousands of steps are queued.

@@ -267,6 +267,8 @@ class Settings:
     anthropic_base_url: str | None = None
     anthropic_api_key: str | None = field(default=None, repr=False)
     flower_basic_auth: str | None = field(default=None, repr=False)
+    task_events: bool = False
+    """Send Celery task events always (Flower turns them on by itself while it runs)."""
     crash_points: frozenset[str] = frozenset()
     web_url: str | None = None
     email_url: str | None = None
@@ -361,6 +363,7 @@ class Settings:
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
             flower_basic_auth=env.get("NIGHTSHIFT_FLOWER_BASIC_AUTH") or None,
+            task_events=_switch(env, "NIGHTSHIFT_TASK_EVENTS", False),
             crash_points=frozenset(p.strip() for p in crash.split(",") if p.strip()),
             web_url=env.get("NIGHTSHIFT_WEB_URL") or None,
             email_url=env.get("NIGHTSHIFT_EMAIL_URL") or None,

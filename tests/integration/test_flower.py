@@ -53,6 +53,11 @@ def tools(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
     monkeypatch.setenv("NIGHTSHIFT_EMAIL_URL", email.url)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    # Task events always, task-sent included (by default workers send them only while Flower
+    # runs: tests/integration/test_flower_events.py): the workers and beat read the setting,
+    # this process's app (it sends the first step) was configured before the test.
+    monkeypatch.setenv("NIGHTSHIFT_TASK_EVENTS", "true")
+    monkeypatch.setitem(app.conf, "task_send_sent_event", True)
     get_settings.cache_clear()
     yield
     email.stop()

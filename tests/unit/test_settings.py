@@ -34,6 +34,7 @@ def test_postgres_urls_are_pinned_to_psycopg() -> None:
         ("NIGHTSHIFT_DATABASE_URL", "not a url"),
         ("NIGHTSHIFT_BROKER_URL", "amqp://guest@rabbit//"),
         ("NIGHTSHIFT_LEASE_SECONDS", "soon"),
+        ("NIGHTSHIFT_TASK_EVENTS", "sometimes"),
     ],
 )
 def test_a_malformed_value_names_its_variable(variable: str, value: str) -> None:
@@ -72,3 +73,9 @@ def test_approvers_are_configured_per_tool_and_replace_the_tools_own() -> None:
     with pytest.raises(SettingsError, match="NIGHTSHIFT_APPROVERS_SET_PRICE is empty"):
         Settings.from_env({"NIGHTSHIFT_APPROVERS_SET_PRICE": " , "})
     hash(settings)  # model adapters are cached per settings
+
+
+def test_task_events_are_off_unless_asked_for() -> None:
+    assert not Settings.from_env({}).task_events
+    assert Settings.from_env({"NIGHTSHIFT_TASK_EVENTS": "true"}).task_events
+    assert not Settings.from_env({"NIGHTSHIFT_TASK_EVENTS": "off"}).task_events
