@@ -29,11 +29,13 @@ accept_content = ["json"]
 result_accept_content = ["json"]
 
 # Redis redelivers an unacked message after the visibility timeout: it must be longer than any
-# step, and the hard time limit shorter, so a step still running is never delivered twice.
+# step, so a step still running is never delivered twice. The engine bounds every step
+# (NIGHTSHIFT_STEP_TIME_LIMIT, in any pool: pipeline/engine/time_limit.py) and its task returns
+# by then; Celery's hard limit, which only prefork enforces, is a backstop behind it, and a soft
+# limit would raise an Exception that an agent's `except Exception` could swallow.
 broker_transport_options = {"visibility_timeout": _settings.visibility_timeout}
 result_backend_transport_options = {"visibility_timeout": _settings.visibility_timeout}
-task_time_limit = _settings.step_time_limit
-task_soft_time_limit = _settings.step_time_limit * 0.9
+task_time_limit = _settings.step_hard_limit
 
 # A pool child that dies is retried a bounded number of times (reject_on_worker_lost loops forever).
 task_retry_on_worker_lost = True

@@ -73,6 +73,11 @@ class LeaseLost(StopStep):
     """Another worker holds this run now; this step may not write anything more."""
 
 
+class StepTimeUp(StopStep):
+    """The step reached its time bound (NIGHTSHIFT_STEP_TIME_LIMIT) at a model or tool call:
+    the run goes on in another attempt."""
+
+
 class RunStopped(StopStep):
     """The run must stop now (cancelled, or past its deadline): no further model or tool call."""
 

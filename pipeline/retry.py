@@ -12,7 +12,7 @@ import httpx
 
 from pipeline.errors import PermanentError, TemporaryError
 from pipeline.logs import get_logger
-from pipeline.redact import redact_urls
+from pipeline.settings import redact_urls
 
 T = TypeVar("T")
 log = get_logger("nightshift.retry")

@@ -10,15 +10,51 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
 from pipeline.errors import SettingsError
-from pipeline.redact import redact_url
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
+STEP_GIVE_UP_SECONDS = 10.0
+"""Past its time limit and the lease, a step has given its run up (engine/time_limit.py)."""
+
+
+# -- URLs as they may be shown: credentials out of reprs, logs and the journal ----------------
+
+HIDDEN = "***"
+_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
+_WEB = frozenset({"http", "https", "ws", "wss"})
+
+
+def redact_url(url: str) -> str:
+    """`postgresql://app:s3cret@db/x?sslpassword=y` -> `postgresql://app:***@db/x?***`.
+
+    A lone user name stays for databases and brokers (it says which account); on the web a
+    lone user part is a token (`https://TOKEN@host`) and is hidden too.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return HIDDEN
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, has_password, _ = userinfo.partition(":")
+        if has_password:
+            userinfo = f"{user}:{HIDDEN}"
+        elif parts.scheme.lower() in _WEB:
+            userinfo = HIDDEN
+        netloc = f"{userinfo}@{host}"
+    query = HIDDEN if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in a message (an HTTP error names the URL it failed on) redacted."""
+    return _URL.sub(lambda match: redact_url(match.group(0)), text)
 
 
 def _postgres_url(name: str, raw: str) -> str:
@@ -239,6 +275,7 @@ class Settings:
     shorter floods a long queue with duplicate step messages; it only matters after a crash
     between a checkpoint's commit and the send of the next step."""
     step_time_limit: float = 600.0
+    """A step's time bound, enforced by the engine in every pool (pipeline/engine/time_limit.py)."""
     visibility_timeout: float = 3600.0
     worker_lost_max_retries: int = 3
     worker_concurrency: int = 16
@@ -306,6 +343,12 @@ class Settings:
         return self.database_url is None or self.broker_url is None
 
     @property
+    def step_hard_limit(self) -> float:
+        """Celery's task_time_limit (only the prefork pool has one): a backstop behind the
+        engine's bound, which gives the run up first."""
+        return self.step_time_limit + self.lease_seconds + STEP_GIVE_UP_SECONDS
+
+    @property
     def control_queue(self) -> str:
         """The tick and the schedule check: never stuck behind a night's backlog of steps."""
         return f"{self.queue}-control"
@@ -323,10 +366,12 @@ class Settings:
         lease = _number(env, "NIGHTSHIFT_LEASE_SECONDS", 15.0, minimum=1.0)
         step_limit = _number(env, "NIGHTSHIFT_STEP_TIME_LIMIT", 600.0, minimum=1.0)
         visibility = _number(env, "NIGHTSHIFT_VISIBILITY_TIMEOUT", 3600.0, minimum=1.0)
-        if visibility <= step_limit:
+        backstop = step_limit + lease + STEP_GIVE_UP_SECONDS
+        if visibility <= backstop:
             raise SettingsError(
-                "NIGHTSHIFT_VISIBILITY_TIMEOUT must be above NIGHTSHIFT_STEP_TIME_LIMIT, "
-                f"or Redis redelivers running steps ({visibility:g} <= {step_limit:g})"
+                "NIGHTSHIFT_VISIBILITY_TIMEOUT must be above NIGHTSHIFT_STEP_TIME_LIMIT plus the "
+                f"lease and {STEP_GIVE_UP_SECONDS:g}s (the time an overrunning step takes to give "
+                f"up its lease), or Redis redelivers running steps ({visibility:g} <= {backstop:g})"
             )
         crash = env.get("NIGHTSHIFT_CRASH_POINTS", "")
         return cls(

@@ -12,7 +12,8 @@ from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from pipeline.app import app, send_step
 from pipeline.engine.holders import holder_here
-from pipeline.engine.step import Outcome, execute_step
+from pipeline.engine.step import Outcome
+from pipeline.engine.time_limit import execute_bounded_step
 from pipeline.registry import registry
 from pipeline.runs import cancel, events, retention, schedules, start, tick, workers
 from pipeline.settings import get_settings
@@ -79,7 +80,9 @@ def step(
     """One durable step of a run. agent, step and batch are labels for Flower; handoffs counts
     the workers that did not know the agent."""
     leave = handoffs < UNKNOWN_AGENT_HANDOFFS
-    result = execute_step(uuid.UUID(run_id), worker_id(), leave_unknown_agent=leave)
+    result = execute_bounded_step(
+        uuid.UUID(run_id), worker_id(), get_settings(), leave_unknown_agent=leave
+    )
     if result.outcome is Outcome.UNKNOWN_AGENT:
         send_step(
             result.run_id,

@@ -29,9 +29,8 @@ from pipeline.errors import (
 )
 from pipeline.keys import Wait, approval_wait, check_key, person_wait, retry_wait
 from pipeline.logs import get_logger
-from pipeline.redact import redact_urls
 from pipeline.retry import RetryPolicy, classify
-from pipeline.settings import Settings
+from pipeline.settings import Settings, redact_urls
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
 
 if TYPE_CHECKING:

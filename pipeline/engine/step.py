@@ -6,6 +6,7 @@ transaction that made it so has committed.
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,6 +48,7 @@ from pipeline.errors import (
     NonDeterminism,
     PermanentError,
     RunStopped,
+    StepTimeUp,
     TemporaryError,
     UnknownAgent,
 )
@@ -74,6 +76,8 @@ class Outcome(StrEnum):
     STOPPED = "stopped"
     """The run reached a terminal or waiting status."""
     LEASE_LOST = "lease_lost"
+    TIME_UP = "time_up"
+    """The step passed its time limit: the run was handed to another attempt."""
     UNKNOWN_AGENT = "unknown_agent"
     """This process has no agent of that name: the step was left for a worker that has it."""
 
@@ -104,11 +108,14 @@ def execute_step(
     settings: Settings | None = None,
     *,
     leave_unknown_agent: bool = False,
+    ends_by: float | None = None,
 ) -> StepResult:
     """One step of the run, if this process can claim it.
 
     An agent this process does not know fails the run, unless `leave_unknown_agent`: then the
-    lease is given up untouched and the caller hands the step to another worker.
+    lease is given up untouched and the caller hands the step to another worker. At the first
+    model or tool call after `ends_by` (time.monotonic()) the step raises StepTimeUp
+    (pipeline/engine/time_limit.py bounds steps with it).
     """
     settings = settings or get_settings()
     with transaction() as session:  # claim and load in one round of the database
@@ -121,7 +128,7 @@ def execute_step(
         return StepResult(Outcome.SKIPPED, run_id)
     with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
         try:
-            runner = StepRunner(lease, heartbeat, settings, loaded)
+            runner = StepRunner(lease, heartbeat, settings, loaded, ends_by)
             return runner.run(leave_unknown_agent=leave_unknown_agent)
         except LeaseLost as exc:
             log.warning("run %s: %s; stopping without writing", run_id, exc)
@@ -156,9 +163,16 @@ def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded
 
 class StepRunner:
     def __init__(
-        self, lease: Lease, heartbeat: Heartbeat, settings: Settings, loaded: Loaded
+        self,
+        lease: Lease,
+        heartbeat: Heartbeat,
+        settings: Settings,
+        loaded: Loaded,
+        ends_by: float | None = None,
     ) -> None:
         self.lease = lease
+        self.ends_by = ends_by
+        """The step's time bound (time.monotonic()); None: unbounded (a caller in-process)."""
         self.heartbeat = heartbeat
         self.settings = settings
         self.loaded = loaded
@@ -221,6 +235,8 @@ class StepRunner:
         passed its deadline or a budget. Raises BaseException subclasses, past any
         `except Exception` in an agent or a tool."""
         self.heartbeat.check()
+        if self.ends_by is not None and time.monotonic() >= self.ends_by:
+            raise StepTimeUp(f"run {self.lease.run_id}: the step reached its time limit")
         limits, self._limits = self._limits, None
         if limits is None:
             with transaction() as session:

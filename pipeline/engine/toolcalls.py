@@ -19,9 +19,8 @@ from pipeline.engine.leases import Lease, fenced
 from pipeline.engine.timers import await_timer
 from pipeline.errors import PermanentError, TemporaryError
 from pipeline.logs import get_logger
-from pipeline.redact import redact_urls
 from pipeline.retry import RetryPolicy, call_with_retries
-from pipeline.settings import Settings
+from pipeline.settings import Settings, redact_urls
 from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
 
 log = get_logger("nightshift.tools")

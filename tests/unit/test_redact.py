@@ -5,9 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from pipeline.redact import redact_url, redact_urls
 from pipeline.retry import classify
-from pipeline.settings import Settings
+from pipeline.settings import Settings, redact_url, redact_urls
 
 
 @pytest.mark.parametrize(

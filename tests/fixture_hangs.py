@@ -1,0 +1,52 @@
+"""An agent whose tool hangs on the first call ever made (a service that never answers), for
+the step time limit's tests; registered through NIGHTSHIFT_AGENTS like a user's own."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline import Agent, ToolContext, tool
+from pipeline.agent import Block, Conversation, text, tool_use
+
+
+def _look_up_script(conversation: Conversation) -> list[Block]:
+    """Look the input's word up once, then say what came back."""
+    if not conversation.tool_results():
+        return [tool_use(0, 0, "look_up", {"word": conversation.input["word"]})]
+    return [text(f"Found: {conversation.tool_results()[-1]['content']}")]
+
+
+@tool(
+    description="Look a word up in a slow service (it hangs on the first call ever made).",
+    schema={
+        "type": "object",
+        "properties": {"word": {"type": "string", "maxLength": 40}},
+        "required": ["word"],
+        "additionalProperties": False,
+    },
+)
+def look_up(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    # The first call anywhere hangs (HANG_MARKER says so, for every worker); later ones answer.
+    marker = Path(os.environ["HANG_MARKER"])
+    if not marker.exists():
+        marker.write_text("hanging")
+        time.sleep(float(os.environ["HANG_SECONDS"]))
+        marker.write_text("woke up")
+    return {"meaning": f"{args['word']} (looked up)"}
+
+
+HANGS_ONCE = Agent(
+    name="hangs_once",
+    system="You look words up.",
+    instructions="Look the input's word up with the look_up tool, then say what you found.",
+    tools=(look_up,),
+    input_schema={
+        "type": "object",
+        "properties": {"word": {"type": "string", "maxLength": 40}},
+        "required": ["word"],
+    },
+    script=_look_up_script,
+)
