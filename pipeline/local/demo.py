@@ -1,8 +1,12 @@
-"""`nightshift demo`: the nightly report on real workers, with two crashes, watched live.
+"""`nightshift demo`: the nightly report on real workers, with two crashes, watched live; then
+Patch fixing a real bug in a repository, pushing only once a person approves.
 
 1. A worker is SIGKILLed in the middle of the run; another worker resumes from the checkpoint.
 2. The next worker dies right after the report email went out, before the reply was saved;
    the one after it reconciles (same idempotency key) instead of sending a second email.
+3. Patch reads the demo repository (a bare repository standing in for the remote: line totals
+   not rounded to cents, a failing test), tests its change in the issue's worktree and waits
+   for a reviewer with nothing pushed; approved, it pushes one commit and opens one pull request.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from models import Action, Run
 from pipeline.db import broker_url, database_url, transaction
 from pipeline.local.processes import CeleryProcess, wait_for
 from pipeline.migrate import upgrade
+from pipeline.runs.decisions import Actor, Decision, decide
 from pipeline.runs.start import start_run
 from pipeline.sandbox.email import EmailSandbox
+from pipeline.sandbox.git_repos import DEMO_REPO, has_branch, seed_demo_repository, url_template
+from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
@@ -53,6 +60,11 @@ class Demo:
         self.workdir = workdir
         self.web = WebSandbox(log_path=workdir / "web.jsonl").start()
         self.email = EmailSandbox(log_path=workdir / "email.jsonl").start()
+        self.remotes = workdir / "remotes"
+        seed_demo_repository(self.remotes)
+        self.githost = GitHostSandbox(
+            log_path=workdir / "githost.jsonl", git_root=self.remotes
+        ).start()
         # The real anthropic SDK talks to a local Messages API server with scripted replies.
         self.model = MessagesSandbox(
             responder=agent_responder, latency_seconds=0.8, log_path=workdir / "messages.jsonl"
@@ -65,6 +77,8 @@ class Demo:
             "NIGHTSHIFT_WEB_URL": self.web.url,
             "NIGHTSHIFT_EMAIL_URL": self.email.url,
             "NIGHTSHIFT_EMAIL_MODE": "keys",
+            "NIGHTSHIFT_GITHOST_URL": self.githost.url,
+            "NIGHTSHIFT_CONFIG_PATCH_GIT_URL": url_template(self.remotes),
             "ANTHROPIC_API_KEY": "local-demo-key",
             "ANTHROPIC_BASE_URL": self.model.url,
             "NIGHTSHIFT_LEASE_SECONDS": str(LEASE_SECONDS),
@@ -82,7 +96,7 @@ class Demo:
     def stop(self) -> None:
         for process in self.processes:
             process.stop()
-        for server in (self.model, self.email, self.web):
+        for server in (self.model, self.githost, self.email, self.web):
             server.stop()
 
 
@@ -143,7 +157,31 @@ def _story(demo: Demo) -> int:
     finished = wait_for(lambda: _finished(run_id), 90, "the run to finish")
     say(f"run {finished.status} on w3 (pid {w3.pid}) after {finished.attempt} claims")
     _summary(demo, run_id, resume_seconds)
-    return 0 if finished.status == "succeeded" and len(demo.email.deliveries()) == 1 else 1
+    reported = finished.status == "succeeded" and len(demo.email.deliveries()) == 1
+    return 0 if reported and _patch_story(demo) else 1
+
+
+def _patch_story(demo: Demo) -> bool:
+    branch = "patch/issue-42"
+    bug = {"issue": 42, "repo": DEMO_REPO, "title": "line totals are not rounded to cents"}
+    run_id = start_run("patch", bug).run_id
+    say(f"started patch run {run_id} for issue 42 of {DEMO_REPO} (a bare repository here)")
+    wait_for(lambda: run_snapshot(run_id).status == "waiting" or None, 90, "the approval")
+    with transaction() as session:
+        action = session.scalar(select(Action).where(Action.run_id == run_id))
+    assert action is not None
+    pushed_before = has_branch(demo.remotes, DEMO_REPO, branch)
+    say(f"Patch waits for {action.approvers or 'anyone'}; pushed so far: {pushed_before}")
+    print("\nThe change it tested and asks to push:\n")
+    print(action.args["patch"])
+    reviewer = action.approvers[0] if action.approvers else "reviewer@example.com"
+    decide(action.idempotency_key, Decision.APPROVE, Actor(reviewer, "nightshift demo"))
+    say(f"{reviewer} approved; Patch commits, pushes {branch} and opens the pull request")
+    finished = wait_for(lambda: _finished(run_id), 90, "the patch run to finish")
+    opened = [e for e in demo.githost.log.entries() if e["action"] == "opened"]
+    pushed = has_branch(demo.remotes, DEMO_REPO, branch)
+    say(f"patch run {finished.status}; {branch} pushed: {pushed}; pulls opened: {len(opened)}")
+    return finished.status == "succeeded" and pushed and not pushed_before and len(opened) == 1
 
 
 def _at_step(run_id: uuid.UUID, step: int) -> Run | None:

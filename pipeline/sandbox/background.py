@@ -31,8 +31,10 @@ VARIABLES = {
     "email": "NIGHTSHIFT_EMAIL_URL",
     "pricing": "NIGHTSHIFT_PRICING_URL",
     "githost": "NIGHTSHIFT_GITHOST_URL",
+    "git_url": "NIGHTSHIFT_CONFIG_PATCH_GIT_URL",
 }
-"""Sandbox service -> the variable the shipped agents' tools read it from."""
+"""Sandbox service -> the variable the shipped agents' tools read it from (`git_url`: the git
+host's bare repositories, which Patch clones and pushes to)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,8 @@ def nightshift(*argv: str) -> subprocess.CompletedProcess[str]:
 def exported(stdout: str) -> dict[str, str]:
     lines = stdout.splitlines()
     assert all(line.startswith("export NIGHTSHIFT_") for line in lines), stdout
-    return dict(line.removeprefix("export ").split("=", 1) for line in lines)
+    pairs = (line.removeprefix("export ").split("=", 1) for line in lines)
+    return {name: shlex.split(value)[0] for name, value in pairs}  # as the shell reads them
 
 
 def test_sandbox_up_prints_exports_a_shell_can_eval_and_down_leaves_nothing(
@@ -41,7 +43,9 @@ def test_sandbox_up_prints_exports_a_shell_can_eval_and_down_leaves_nothing(
         # then stdout is only export lines, the same both times (one sandbox), and they work
         urls = exported(first.stdout)
         assert set(urls) == {"NIGHTSHIFT_WEB_URL", "NIGHTSHIFT_EMAIL_URL",
-                             "NIGHTSHIFT_PRICING_URL", "NIGHTSHIFT_GITHOST_URL"}  # fmt: skip
+                             "NIGHTSHIFT_PRICING_URL", "NIGHTSHIFT_GITHOST_URL",
+                             "NIGHTSHIFT_CONFIG_PATCH_GIT_URL"}  # fmt: skip
+        assert urls["NIGHTSHIFT_CONFIG_PATCH_GIT_URL"].endswith("/remotes/{repo}.git")
         assert exported(again.stdout) == urls and "already running" in again.stderr
         assert (dir / "sandbox.env").read_text() == first.stdout
         source = httpx.get(f"{urls['NIGHTSHIFT_WEB_URL']}/sources/incidents", timeout=5)
