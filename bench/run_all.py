@@ -17,6 +17,7 @@ REDUCED: dict[str, list[str]] = {
     "model_wait": ["--runs", "200"],
     "flat_cost": ["--late", "300", "--old-rows", "200000"],
     "time_to_resume": ["--trials", "2", "--leases", "fast"],
+    "metrics_scrape": ["--large", "20000", "--repeat", "10"],
 }
 
 

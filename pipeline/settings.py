@@ -354,6 +354,13 @@ class Settings:
         return f"{self.queue}-control"
 
     @property
+    def metrics_dir(self) -> Path:
+        """Where worker processes keep their Prometheus counters (prometheus_client's
+        multi-process mode) and `/metrics` reads them: PROMETHEUS_MULTIPROC_DIR, else here."""
+        configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        return Path(configured) if configured else self.data_dir / "metrics"
+
+    @property
     def artifact_dir(self) -> Path:
         return self.data_dir / "artifacts"
 

@@ -14,6 +14,9 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import make_url
 
@@ -28,9 +31,9 @@ from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import Actor, decide
 from pipeline.runs.events import start_from_event
 from pipeline.runs.start import start_run
-from pipeline.settings import get_settings
+from pipeline.settings import Settings, get_settings
 from pipeline.views.batches import show_batch
-from pipeline.views.metrics import collect, prometheus_text
+from pipeline.views.gauges import DatabaseGauges
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
 log = logging.getLogger("nightshift.api")
@@ -300,8 +303,6 @@ async def event(source: str, request: Request) -> JSONResponse:
 
 # -- operations -----------------------------------------------------------------------------
 
-PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
-
 
 @router.get(
     "/metrics",
@@ -309,10 +310,22 @@ PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
     dependencies=[Depends(require_metrics_token)],
     response_class=PlainTextResponse,
 )
-def metrics() -> PlainTextResponse:
-    """Reliability and usage metrics in the Prometheus text format."""
+def metrics(accept: Annotated[str | None, Header()] = None) -> Response:
+    """Counters, histograms and gauges in the Prometheus text format (or OpenMetrics, when
+    the scraper asks for it): docs/metrics.md names each one."""
 
-    return PlainTextResponse(prometheus_text(collect()), media_type=PROMETHEUS)
+    encode, content_type = choose_encoder(accept or "")
+    return Response(encode(registry_for(get_settings())), media_type=content_type)
+
+
+def registry_for(settings: Settings) -> CollectorRegistry:
+    """Every worker's counters (their multi-process files) and the database's gauges."""
+    registry = CollectorRegistry(auto_describe=False)
+    directory = settings.metrics_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    MultiProcessCollector(registry, path=str(directory))
+    registry.register(DatabaseGauges(settings))
+    return registry
 
 
 @router.get("/healthz", tags=["operations"])

@@ -93,7 +93,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     argv = ["worker", "--hostname", args.name, "--loglevel", args.loglevel, *args.celery_args]
     if args.concurrency:
         argv += ["--concurrency", str(args.concurrency)]
-    return _exec_celery(argv)
+    # Before celery imports prometheus_client: counters go to files the API's /metrics reads.
+    metrics = get_settings().metrics_dir
+    metrics.mkdir(parents=True, exist_ok=True)
+    return _exec_celery(argv, {"PROMETHEUS_MULTIPROC_DIR": str(metrics)})
 
 
 def cmd_beat(args: argparse.Namespace) -> int:

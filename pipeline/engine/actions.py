@@ -17,8 +17,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+import pipeline.instruments as instruments
 from models import Action, ActionState, RunStatus
 from pipeline.crash import crash_point
+from pipeline.db import after_commit
 from pipeline.engine.leases import Lease, fenced
 from pipeline.errors import (
     LookupUnsupported,
@@ -224,7 +226,7 @@ def _ensure_recorded(
     """Save the key before anything is sent; an existing row (same meaning) is reused."""
     state = ActionState.PENDING_APPROVAL if tool.requires_approval else ActionState.INTENDED
     with fenced(call.lease) as session:
-        session.execute(
+        inserted = session.execute(
             insert(Action)
             .values(
                 idempotency_key=key,
@@ -238,7 +240,9 @@ def _ensure_recorded(
                 approvers=list(settings.approvers_for(tool.name, tool.approvers)),
             )
             .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        )
+        ).rowcount  # type: ignore[attr-defined]
+        if inserted:
+            after_commit(session, instruments.ACTIONS.labels(state.value).inc)
         return _view_txn(session, key)
 
 
@@ -290,6 +294,7 @@ def _set_state_txn(
     ).rowcount  # type: ignore[attr-defined]
     if not changed:
         raise StatusConflict(f"action {key!r} cannot become {new} from its current state")
+    after_commit(session, instruments.ACTIONS.labels(new.value).inc)
 
 
 def _transition(lease: Lease, key: str, new: ActionState, resolution: str | None) -> None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from pipeline.db import transaction
+import pipeline.instruments as instruments
+from pipeline.db import after_commit, transaction
 from pipeline.engine.holders import is_certainly_gone
 from pipeline.errors import LeaseLost
 from pipeline.logs import get_logger
@@ -61,11 +62,15 @@ _RECORD_TAKEOVER = text(
     WITH resumed AS (
         UPDATE resumptions SET resumed_at = now(), fence = :fence
          WHERE run_id = :run_id AND resumed_at IS NULL
-        RETURNING id
+        RETURNING cause, extract(epoch FROM resumed_at - lost_at) AS seconds
+    ), recorded AS (
+        INSERT INTO resumptions (run_id, cause, lost_at, resumed_at, fence)
+        SELECT :run_id, 'lease_expired', CAST(:expired_at AS timestamptz), now(), :fence
+         WHERE CAST(:expired_at AS timestamptz) IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM resumed)
+        RETURNING cause, extract(epoch FROM resumed_at - lost_at) AS seconds
     )
-    INSERT INTO resumptions (run_id, cause, lost_at, resumed_at, fence)
-    SELECT :run_id, 'lease_expired', CAST(:expired_at AS timestamptz), now(), :fence
-     WHERE CAST(:expired_at AS timestamptz) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM resumed)
+    SELECT cause, seconds FROM resumed UNION ALL SELECT cause, seconds FROM recorded
     """
 )
 
@@ -89,10 +94,13 @@ def claim_txn(
     ).one_or_none()
     if claimed is None:
         return None
-    session.execute(
+    takeover = session.execute(
         _RECORD_TAKEOVER,
         {"run_id": run_id, "fence": claimed.fence, "expired_at": claimed.expired_at},
-    )
+    ).one_or_none()
+    if takeover is not None:
+        cause, seconds = takeover.cause, float(takeover.seconds)
+        after_commit(session, lambda: instruments.resumed(cause, seconds))
     return Lease(run_id, claimed.fence, owner)
 
 

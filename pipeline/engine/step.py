@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import DateTime, case, cast, func, literal, select, update
 from sqlalchemy.orm import Session
 
+import pipeline.instruments as instruments
 from models import Run, RunStatus
 from pipeline.agent import Agent, Conversation
 from pipeline.app import send_step_after_commit
@@ -125,14 +126,20 @@ def execute_step(
         loaded = _load_txn(session, run_id, settings) if lease is not None else None
     if lease is None or loaded is None:
         log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
+        instruments.STEPS.labels("", Outcome.SKIPPED.value).inc()
         return StepResult(Outcome.SKIPPED, run_id)
+    started = time.perf_counter()
     with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
         try:
             runner = StepRunner(lease, heartbeat, settings, loaded, ends_by)
-            return runner.run(leave_unknown_agent=leave_unknown_agent)
+            result = runner.run(leave_unknown_agent=leave_unknown_agent)
         except LeaseLost as exc:
             log.warning("run %s: %s; stopping without writing", run_id, exc)
-            return StepResult(Outcome.LEASE_LOST, run_id)
+            result = StepResult(Outcome.LEASE_LOST, run_id)
+    agent = loaded.run.agent
+    instruments.STEPS.labels(agent, result.outcome.value).inc()
+    instruments.STEP_SECONDS.labels(agent).observe(time.perf_counter() - started)
+    return result
 
 
 @dataclass(frozen=True)
@@ -294,6 +301,7 @@ class StepRunner:
             self.usage += Usage.of(cut, prices)
         if journaled is not None:
             log.info("model reply replayed from the journal")
+            instruments.MODEL_CALLS.labels(run.agent, "replayed").inc()
             self.usage += Usage.of(journaled, prices)
             return journaled
         while True:
@@ -302,11 +310,7 @@ class StepRunner:
             if room is None:
                 raise stops.cut_off_stop(run.step, cut_offs[-1]["max_tokens"])
             self._keep_going()
-            reply = call_with_retries(
-                partial(self.model.reply, agent, messages, max_tokens=room),
-                MODEL_RETRY,
-                before_retry=self.heartbeat.check,
-            )
+            reply = self._timed_model_call(run, agent, messages, room)
             self.usage += Usage.of(reply, prices)
             if not stops.is_cut_off(reply):
                 break
@@ -321,6 +325,25 @@ class StepRunner:
             # for the check before the first tool
             self._limits = limits_txn(session, run.id, self.settings)
         crash_point("after_model_journaled")
+        return reply
+
+    def _timed_model_call(
+        self, run: RunSnapshot, agent: Agent, messages: list[dict[str, Any]], room: int
+    ) -> Reply:
+        started, result = time.perf_counter(), "error"
+        try:
+            reply = call_with_retries(
+                partial(self.model.reply, agent, messages, max_tokens=room),
+                MODEL_RETRY,
+                before_retry=self.heartbeat.check,
+            )
+            result = "ok"
+        finally:
+            instruments.MODEL_CALLS.labels(run.agent, result).inc()
+            instruments.MODEL_SECONDS.labels(run.agent).observe(time.perf_counter() - started)
+        usage = reply.get("usage") or {}
+        for kind in ("input", "output"):
+            instruments.MODEL_TOKENS.labels(run.agent, kind).inc(usage.get(f"{kind}_tokens") or 0)
         return reply
 
     def _checkpoint(self, run: RunSnapshot, tool_calls: int) -> StepResult:
@@ -410,6 +433,8 @@ class StepRunner:
                 if run.batch_id:
                     fanout.child_finished_txn(session, run.batch_id)
         log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
+        if changed and status.is_terminal():
+            instruments.RUNS_FINISHED.labels(run.agent, status.value, reason).inc()
         if not changed:
             log.warning("the status changed under this step; %s not recorded", status)
         return StepResult(Outcome.STOPPED, run.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+import pipeline.instruments as instruments
 from pipeline.agent import Agent, Block
 from pipeline.crash import crash_point
 from pipeline.engine import artifacts
@@ -62,11 +64,29 @@ def run_tool_call(
 ) -> dict[str, Any]:
     """The journaled result payload of this tool call, executing it only if not journaled yet."""
     name = call.block["name"]
+    tool = agent.tool(name)
+    label = name if tool is not None else "(unknown)"  # the model may name any tool
     journaled = journal.replay(call.key, name)
     if journaled is not None:
         log.info("%s replayed from the journal", name)
+        instruments.TOOL_CALLS.labels(call.agent, label, "replayed").inc()
         return journaled
-    tool = agent.tool(name)
+    started = time.perf_counter()
+    payload = _call(call, tool, journal, settings, keep_going)
+    result = "error" if payload["is_error"] else "ok"
+    instruments.TOOL_CALLS.labels(call.agent, label, result).inc()
+    instruments.TOOL_SECONDS.labels(call.agent, label).observe(time.perf_counter() - started)
+    return payload
+
+
+def _call(
+    call: ToolCall,
+    tool: Tool | None,
+    journal: jr.Journal,
+    settings: Settings,
+    keep_going: Callable[[], None],
+) -> dict[str, Any]:
+    name = call.block["name"]
     if tool is None:
         return _record(call, journal, settings, error=f"unknown tool {name!r}")
     problems = tool.argument_errors(call.block.get("input"))

@@ -1,5 +1,9 @@
 """Reliability and usage metrics, computed from the database (and the queue length from Redis).
 
+What `nightshift metrics` and the chaos report print. These queries read every run kept; the
+Prometheus scrape (`/metrics`) does not use them: it reads pipeline.instruments' counters and
+the bounded gauges of pipeline.views.gauges.
+
 The four reliability metrics, precisely:
 
 - run completion ratio: succeeded / (succeeded + failed) over all runs in the database.
@@ -22,8 +26,7 @@ The four reliability metrics, precisely:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -167,12 +170,21 @@ def _resumptions(session: Session) -> tuple[int, int, float, dict[float, float |
 
 def queue_depth(settings: Settings) -> int | None:
     """LLEN of the step queue; None (and no exception) when Redis cannot be reached."""
+    lengths = queue_lengths(settings, [settings.queue])
+    return None if lengths is None else lengths[settings.queue]
+
+
+def queue_lengths(settings: Settings, queues: Sequence[str]) -> dict[str, int] | None:
+    """LLEN of each queue in one round trip; None when Redis cannot be reached."""
     try:
         client = redis.Redis.from_url(
             broker_url(settings), socket_timeout=2, socket_connect_timeout=2
         )
         try:
-            return int(client.llen(settings.queue))
+            pipe = client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.llen(queue)
+            return {queue: int(n) for queue, n in zip(queues, pipe.execute(), strict=True)}
         finally:
             client.close()
     except redis.RedisError:
@@ -188,7 +200,7 @@ class Family:
     kind: str
     help: str
     samples: Sequence[tuple[dict[str, str], float | None]]
-    """(labels, value); a None value is written as NaN (a ratio with nothing to divide)."""
+    """(labels, value); None for a ratio with nothing to divide."""
     total: tuple[float, int] | None = None
     """A summary's `_sum` and `_count`."""
 
@@ -240,42 +252,6 @@ def families(m: Metrics) -> list[Family]:
             )
         )
     return result
-
-
-def render_prometheus(items: Iterable[Family]) -> str:
-    """The Prometheus text exposition format (version 0.0.4)."""
-    lines: list[str] = []
-    for family in items:
-        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        lines.extend(_sample(family.name, labels, v) for labels, v in family.samples)
-        if family.total is not None:
-            lines.append(_sample(f"{family.name}_sum", {}, family.total[0]))
-            lines.append(_sample(f"{family.name}_count", {}, family.total[1]))
-    return "\n".join(lines) + "\n"
-
-
-def prometheus_text(m: Metrics) -> str:
-    return render_prometheus(families(m))
-
-
-def _sample(name: str, labels: dict[str, str], value: float | None) -> str:
-    rendered = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-    return f"{name}{{{rendered}}} {_number(value)}" if rendered else f"{name} {_number(value)}"
-
-
-def _number(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "NaN"
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def as_json(m: Metrics) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import json
 import math
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +19,10 @@ from pipeline.db import transaction
 from pipeline.engine.leases import claim
 from pipeline.runs.start import create_run_txn, start_run
 from pipeline.runs.tick import tick
-from pipeline.views.metrics import collect, prometheus_text
+from pipeline.views.metrics import collect
 from tests.integration.api_fixtures import AUTH, client
 from tests.integration.conftest import ProcessFactory, Sandbox
+from tests.integration.test_prometheus import scrape
 from tests.support import wait_for, wait_for_status
 
 REPORT = {"team": "ops", "date": "2026-11-29"}
@@ -61,7 +63,9 @@ def action(run_id: uuid.UUID, state: ActionState, attempts: int, resolution: str
         )
 
 
-def test_the_four_reliability_metrics_match_the_database(db_url: str) -> None:
+def test_the_four_reliability_metrics_match_the_database(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     # given three succeeded runs, one failed, one cancelled, one still running
     ok = [new_run(RunStatus.SUCCEEDED, step=3, input_tokens=100, output_tokens=10)
           for _ in range(3)]  # fmt: skip
@@ -106,17 +110,11 @@ def test_the_four_reliability_metrics_match_the_database(db_url: str) -> None:
     assert metrics.actions[ActionState.OUTCOME_UNKNOWN] == 1
     assert metrics.queue_depth is not None
 
-    # and /metrics says the same in the Prometheus format
-    body = client().get("/metrics", headers=AUTH).text
-    assert body == prometheus_text(collect())
-    lines = set(body.splitlines())
-    assert "nightshift_run_completion_ratio 0.75" in lines
-    assert "nightshift_duplicate_action_ratio 0.16666666666666666" in lines
-    assert 'nightshift_time_to_resume_seconds{quantile="0.5"} 2.5' in lines
-    assert "nightshift_time_to_resume_seconds_count 4" in lines
-    assert 'nightshift_runs{agent="nightly_report",status="succeeded"} 3' in lines
-    assert "nightshift_pending_approvals 1" in lines
-    assert 'nightshift_agent_tokens_total{agent="nightly_report",kind="output"} 35' in lines
+    # and `nightshift metrics` prints them
+    assert main(["metrics", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["run_completion_ratio"] == pytest.approx(0.75)
+    assert printed["time_to_resume_seconds"]["p50"] == pytest.approx(2.5)
 
 
 def test_an_empty_database_has_no_ratios_rather_than_zero(
@@ -124,7 +122,6 @@ def test_an_empty_database_has_no_ratios_rather_than_zero(
 ) -> None:
     metrics = collect()
     assert metrics.completion_ratio is None and metrics.duplicate_action_ratio is None
-    assert "nightshift_resumption_success_ratio NaN" in prometheus_text(metrics)
     assert main(["metrics", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["run_completion_ratio"] is None
@@ -198,16 +195,18 @@ def test_the_tick_and_the_claim_record_each_takeover(db_url: str) -> None:
 
 
 def test_a_worker_killed_mid_step_shows_in_the_metrics(
-    sandbox: Sandbox, processes: ProcessFactory
+    sandbox: Sandbox, processes: ProcessFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a worker that dies before checkpointing a step, holding the run's lease
-    doomed = processes("doomed", env={"NIGHTSHIFT_CRASH_POINTS": "before_checkpoint"})
+    shared = {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    (tmp_path / "metrics").mkdir()
+    doomed = processes("doomed", env={"NIGHTSHIFT_CRASH_POINTS": "before_checkpoint", **shared})
     run_id = start_run("nightly_report", REPORT).run_id
     wait_for(doomed.exited, timeout=60, what="the worker to die before its checkpoint")
 
     # when beat's tick and a healthy worker take the run over
     processes("beat", beat=True)
-    processes("healthy")
+    processes("healthy", env=shared)
     row = wait_for_status(run_id, {"succeeded", "failed"}, timeout=90)
 
     # then the run finished, and the metrics count one resumed success, resumed within the
@@ -220,3 +219,11 @@ def test_a_worker_killed_mid_step_shows_in_the_metrics(
     assert p95 is not None and not math.isnan(p95) and 0 <= p95 < 30
     assert metrics.duplicate_action_ratio == 0.0
     assert metrics.completion_ratio == 1.0
+    # and the healthy worker counted the takeover where it happened, for Prometheus
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", shared["PROMETHEUS_MULTIPROC_DIR"])
+    scraped = scrape(client().get("/metrics", headers=AUTH).text)
+    assert scraped[("nightshift_resumptions_total", (("cause", "lease_expired"),))] == 1
+    assert scraped[("nightshift_time_to_resume_seconds_count", ())] == 1
+    assert 0 <= scraped[("nightshift_time_to_resume_seconds_sum", ())] < 30
+    finished = (("agent", "nightly_report"), ("reason", "completed"), ("status", "succeeded"))
+    assert scraped[("nightshift_runs_finished_total", finished)] == 1
