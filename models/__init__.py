@@ -8,6 +8,7 @@ from models.credential import ApiToken
 from models.journal import JournalEntry
 from models.resumption import ResumeCause, Resumption
 from models.run import Run, tokens_used
+from models.run_event import RunEvent
 from models.schedule import Event, ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
 from models.webhook import WebhookDelivery
@@ -29,6 +30,7 @@ __all__ = [
     "ResumeCause",
     "Resumption",
     "Run",
+    "RunEvent",
     "RunStatus",
     "ScheduleFire",
     "WebhookDelivery",

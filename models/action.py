@@ -60,7 +60,8 @@ class ActionAudit(Base):
     run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     """The run the action belonged to at the time."""
     event: Mapped[str] = mapped_column(String(32))
-    """approve, reject, happened, did_not_happen, retry."""
+    """approve, reject, happened, did_not_happen, retry, withdrawn (by nightshift: the run
+    ended before anyone decided)."""
     by: Mapped[str] = mapped_column(String(200))
     via: Mapped[str] = mapped_column(String(200))
     """How `by` was established: a token (named by its prefix), a proxy header, the CLI with

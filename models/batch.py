@@ -33,6 +33,8 @@ class Batch(Base):
         ForeignKey("runs.id", ondelete="SET NULL", use_alter=True)
     )
     stop_reason: Mapped[str | None] = mapped_column(String(64))
+    deadline: Mapped[datetime | None]
+    """Every run of the batch, its synthesis included, must be finished by then."""
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()
     finished_at: Mapped[datetime | None]

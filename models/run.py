@@ -58,6 +58,8 @@ class Run(Base):
     wake_at: Mapped[datetime | None]
     waiting_on: Mapped[str | None] = mapped_column(String(200))
     deadline: Mapped[datetime | None]
+    """The run must be finished by then: a step stops at its next check, and the tick ends a
+    waiting run (reason `deadline`) and withdraws its pending approvals."""
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     cancel_requested_by: Mapped[str | None] = mapped_column(String(200))
     cancel_requested_at: Mapped[datetime | None]
@@ -82,6 +84,14 @@ class Run(Base):
         ),
         # The tick's other hot query: waiting runs whose timer is due.
         Index("ix_runs_due_wake_at", "wake_at", postgresql_where=text("status = 'waiting'")),
+        # The tick's deadline query: parked runs that have a deadline.
+        Index(
+            "ix_runs_parked_deadline",
+            "deadline",
+            postgresql_where=text(
+                "status IN ('waiting', 'needs_attention') AND deadline IS NOT NULL"
+            ),
+        ),
         Index("ix_runs_batch_id", "batch_id"),
         Index("ix_runs_status_agent", "status", "agent"),
     )

@@ -80,9 +80,17 @@ class ActionState(StrEnum):
     """The service refused permanently: it did not happen."""
     REJECTED = "rejected"
     """A person declined the approval: it will not happen."""
+    WITHDRAWN = "withdrawn"
+    """The run ended (its deadline passed, it was cancelled) before anyone decided: it will
+    not happen, and a later approval is refused."""
 
     def is_terminal(self) -> bool:
-        return self in (ActionState.CONFIRMED, ActionState.FAILED, ActionState.REJECTED)
+        return self in (
+            ActionState.CONFIRMED,
+            ActionState.FAILED,
+            ActionState.REJECTED,
+            ActionState.WITHDRAWN,
+        )
 
     def can_become(self, new: ActionState) -> bool:
         return new in ACTION_TRANSITIONS[self]
@@ -93,7 +101,9 @@ class ActionState(StrEnum):
 
 
 ACTION_TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
-    ActionState.PENDING_APPROVAL: frozenset({ActionState.INTENDED, ActionState.REJECTED}),
+    ActionState.PENDING_APPROVAL: frozenset(
+        {ActionState.INTENDED, ActionState.REJECTED, ActionState.WITHDRAWN}
+    ),
     ActionState.INTENDED: frozenset({ActionState.ATTEMPTED}),
     ActionState.ATTEMPTED: frozenset(
         {ActionState.CONFIRMED, ActionState.FAILED, ActionState.OUTCOME_UNKNOWN}
@@ -104,6 +114,7 @@ ACTION_TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
     ActionState.CONFIRMED: frozenset(),
     ActionState.FAILED: frozenset(),
     ActionState.REJECTED: frozenset(),
+    ActionState.WITHDRAWN: frozenset(),
 }
 
 

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -118,6 +118,9 @@ class EventSource:
     name: str
     to_input: Callable[[Mapping[str, Any]], dict[str, Any]]
     """The event's payload -> the run's input (a KeyError names a missing field)."""
+    deadline: timedelta | Callable[[Mapping[str, Any]], object] | None = None
+    """How long a run this event starts may take (`timedelta(minutes=30)`), or a function of
+    the payload returning its deadline (seconds, `"15m"`, an ISO time, None for none)."""
 
 
 def default_job(slot: Slot) -> RunPlan:

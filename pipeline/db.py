@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Lock
 
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 import pipeline.embedded as embedded
@@ -45,6 +45,13 @@ def started_here() -> list[str]:
 def database_url(settings: Settings | None = None) -> str:
     settings = settings or get_settings()
     return settings.database_url or _embedded(settings)["postgres"]
+
+
+def libpq_url(settings: Settings | None = None) -> str:
+    """The database URL as psycopg (libpq) reads it, for connections outside SQLAlchemy's pool
+    (a LISTEN that lasts as long as a wait)."""
+    url = make_url(database_url(settings)).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
 
 
 def broker_url(settings: Settings | None = None) -> str:

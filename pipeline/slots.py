@@ -164,6 +164,9 @@ class Schedule:
     catch_up: timedelta = timedelta(hours=6)
     """How old a missed slot may be and still be recorded (and, with once/all, run)."""
     overlap: Overlap = Overlap.SKIP
+    deadline: timedelta | None = None
+    """How long after its slot the slot's run (or every run of its batch) must be finished;
+    past it, the run stops with reason `deadline`, waiting or not."""
     cron: Cron = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -182,6 +185,8 @@ class Schedule:
         object.__setattr__(self, "overlap", Overlap(self.overlap))
         if self.catch_up < timedelta(0):
             raise ScheduleError(f"schedule {self.name!r}: catch_up must not be negative")
+        if self.deadline is not None and self.deadline <= timedelta(0):
+            raise ScheduleError(f"schedule {self.name!r}: deadline must be positive")
         if self.missed is Missed.ALL and self.overlap is not Overlap.ALLOW:
             # Each catch-up run would skip, buffer behind or cancel the one before it.
             raise ScheduleError(
@@ -200,8 +205,9 @@ class Schedule:
             fields.setdefault("agent", fields.pop("job"))
         name = fields.get("name", "?")
         try:
-            if "catch_up_minutes" in fields:
-                fields["catch_up"] = timedelta(minutes=float(fields.pop("catch_up_minutes")))
+            for window in ("catch_up", "deadline"):
+                if f"{window}_minutes" in fields:
+                    fields[window] = timedelta(minutes=float(fields.pop(f"{window}_minutes")))
             for policy in ("missed", "overlap"):
                 if policy in fields:
                     fields[policy] = (Missed if policy == "missed" else Overlap)(fields[policy])

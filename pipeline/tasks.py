@@ -16,6 +16,7 @@ from pipeline.engine.step import Outcome
 from pipeline.engine.time_limit import execute_bounded_step
 from pipeline.registry import registry
 from pipeline.runs import cancel, events, retention, schedules, start, tick, workers
+from pipeline.runs.deadlines import parse_deadline
 from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
@@ -54,9 +55,18 @@ def _withdraw(**_: Any) -> None:
 
 
 @app.task(name="pipeline.start_run")
-def start_run(agent: str, input: dict[str, Any], idempotency_key: str | None = None) -> str:
-    """Start a run from another service: `start_run.delay(agent, input, key).get()` is its id."""
-    return str(start.start_run(agent, input, idempotency_key).run_id)
+def start_run(
+    agent: str,
+    input: dict[str, Any],
+    idempotency_key: str | None = None,
+    deadline: float | str | None = None,
+) -> str:
+    """Start a run from another service: `start_run.delay(agent, input, key).get()` is its id.
+
+    `deadline`: seconds from now, a duration (`"15m"`) or an ISO-8601 time with a timezone.
+    """
+    parsed = parse_deadline(deadline)
+    return str(start.start_run(agent, input, idempotency_key, deadline=parsed).run_id)
 
 
 @app.task(
@@ -100,7 +110,11 @@ def step(
 @app.task(name="pipeline.tick", ignore_result=True, send_events=False)
 def tick_task() -> dict[str, int]:
     report = tick.tick()
-    return {"resumed": len(report.resumed), "woken": len(report.woken)}
+    return {
+        "resumed": len(report.resumed),
+        "woken": len(report.woken),
+        "expired": len(report.expired),
+    }
 
 
 @app.task(name="pipeline.fire_schedules", ignore_result=True, send_events=False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from pipeline import Agent, SideEffect, ToolContext, tool
-from pipeline.agent import BatchPlan, Block, Conversation, Slot, text, tool_use
+from pipeline.agent import BatchPlan, Block, Conversation, EventSource, Slot, text, tool_use
 from pipeline.agents import nightly_report
 from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
 from pipeline.tools import Tool
@@ -166,3 +168,21 @@ APPROVAL_ONLY = Agent(
     script=_asks_for_approval,
 )
 """Patch's approval without its repository work: a thousand waiting runs cost no git."""
+
+
+def _report_for(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return {"team": payload["team"], "date": payload["date"]}
+
+
+# Reports other services ask for: an incident report must be done within half an hour; a
+# customer request says itself how long it may take ("respond_within", any deadline form).
+DEADLINED_REPORT = dataclasses.replace(
+    nightly_report.AGENT,
+    name="deadlined_report",
+    event_sources=(
+        EventSource("incident-report", _report_for, deadline=timedelta(minutes=30)),
+        EventSource(
+            "customer-report", _report_for, deadline=lambda payload: payload.get("respond_within")
+        ),
+    ),
+)

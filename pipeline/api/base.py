@@ -279,6 +279,7 @@ _SECURITY_HEADERS = [
 ]
 _CSP = (
     b"default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
+    b"connect-src 'self'; "  # the pages' live feed (EventSource)
     b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 

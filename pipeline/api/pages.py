@@ -27,12 +27,14 @@ from pipeline.api import tokens
 from pipeline.api.auth import proxy_identity
 from pipeline.api.base import ApiConfig, ApiError, status_for
 from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
+from pipeline.api.sse import event_stream
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
 from pipeline.runs.decisions import Actor, decide
 from pipeline.settings import get_settings
 from pipeline.views.actions import list_actions, show_action
 from pipeline.views.batches import list_batches, show_batch
+from pipeline.views.feed import Subject, format_position, latest_position
 from pipeline.views.liveness import queue_liveness, stall
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
@@ -220,7 +222,11 @@ def run_page(request: Request, run_id: str) -> Response:
     if session is None:
         return _to_login()
     try:
-        detail = show_run(resolve_run_id(run_id))
+        wanted = resolve_run_id(run_id)
+        # Before reading the run: whatever commits from here on arrives as an event (the
+        # page drops what it already shows), so nothing falls between the two.
+        after = format_position(latest_position(Subject(run_id=wanted)))
+        detail = show_run(wanted)
     except NightshiftError as exc:
         return _failure(request, session, exc)
     run = detail["run"]
@@ -228,8 +234,30 @@ def run_page(request: Request, run_id: str) -> Response:
     stalled = stall(run["status"], run["lease_owner"], updated, queue_liveness(), get_settings())
     return _page(
         request, "run.html", session, steps=_timeline(detail["journal"]), stalled=stalled,
-        **detail,
+        after=after, **detail,
     )  # fmt: skip
+
+
+@router.get("/ui/runs/{run_id}/events")
+async def run_feed(request: Request, run_id: str) -> Response:
+    """The run page's live feed: the API's event stream, behind the page's session."""
+    if _session(request) is None:
+        raise ApiError(401, "sign in first (/ui/login)")
+    subject = Subject(run_id=await run_in_threadpool(resolve_run_id, run_id))
+    return await event_stream(subject, _last_event_id(request))
+
+
+@router.get("/ui/batches/{batch_id:path}/events")
+async def batch_feed(request: Request, batch_id: str) -> Response:
+    if _session(request) is None:
+        raise ApiError(401, "sign in first (/ui/login)")
+    return await event_stream(Subject(batch_id=batch_id), _last_event_id(request))
+
+
+def _last_event_id(request: Request) -> str | None:
+    """EventSource sends Last-Event-ID when it reconnects; the first connection says where
+    the rendered page left off with ?after=."""
+    return request.headers.get("last-event-id") or request.query_params.get("after")
 
 
 def _timeline(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -247,11 +275,12 @@ def batch_page(request: Request, batch_id: str) -> Response:
     if session is None:
         return _to_login()
     try:
+        after = format_position(latest_position(Subject(batch_id=batch_id)))
         batch = show_batch(batch_id).as_json()
     except NightshiftError as exc:
         return _failure(request, session, exc)
     runs = list_runs(batch=batch_id, limit=500)
-    return _page(request, "batch.html", session, batch=batch, runs=runs)
+    return _page(request, "batch.html", session, batch=batch, runs=runs, after=after)
 
 
 @router.get("/ui/actions/{key:path}")

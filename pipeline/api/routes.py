@@ -12,27 +12,29 @@ import psycopg
 import redis
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sqlalchemy.engine import make_url
 
 from models import RunStatus
-from pipeline.api import webhooks
+from pipeline.api import listen, sse, webhooks
 from pipeline.api.auth import caller
 from pipeline.api.base import ApiConfig, ApiError, describe_validation
 from pipeline.api.replays import first_delivery
 from pipeline.api.tokens import Authenticated
 from pipeline.db import broker_url, database_url
 from pipeline.runs.cancel import cancel_run
+from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.decisions import Actor, decide
 from pipeline.runs.events import start_from_event
 from pipeline.runs.start import start_run
 from pipeline.settings import Settings, get_settings
 from pipeline.views.batches import show_batch
+from pipeline.views.feed import Subject
 from pipeline.views.gauges import DatabaseGauges
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
@@ -90,32 +92,110 @@ authed = APIRouter(dependencies=[Depends(require_caller)])
 # -- runs and batches -----------------------------------------------------------------------
 
 
+class ErrorBody(BaseModel):
+    error: str = Field(description="What went wrong, in one line.")
+
+
+def failures(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for error statuses a route answers, each with the error body."""
+    return {status: {"model": ErrorBody, "description": _WHY[status]} for status in statuses}
+
+
+_WHY = {
+    401: "The bearer token is missing or wrong.",
+    404: "No run or batch has that id.",
+    409: "The Idempotency-Key already started a run with a different agent or input.",
+    413: "The body or the run's input is larger than the limit.",
+    422: "A parameter or the body is invalid (the message names it).",
+}
+
+
+DEADLINE_HELP = (
+    "The run must be finished by then, or it stops with reason `deadline` (a waiting run too, "
+    "its pending approvals withdrawn): seconds from now, a duration (`90s`, `15m`, `2h`, `1d`) "
+    "or an ISO-8601 time with a timezone."
+)
+
+
 class StartRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
     agent: str = Field(min_length=1, max_length=100, examples=["nightly_report"])
     input: dict[str, Any] = Field(examples=[{"team": "ops", "date": "2026-11-29"}])
+    deadline: float | str | None = Field(
+        default=None, description=DEADLINE_HELP, examples=["2h", 3600, "2026-11-30T06:00:00Z"]
+    )
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):  # pydantic would read true as 1 second
+            raise ValueError("must be seconds, a duration or an ISO-8601 time, not a boolean")
+        return value
+
+
+class RunOutcome(BaseModel):
+    """Where a run stands: finished (status succeeded, failed or cancelled, with the result or
+    the error), waiting (on `waiting_on`, until `wake_at` for a timer) or still running."""
+
+    run_id: uuid.UUID
+    status: RunStatus
+    stop_reason: str | None
+    waiting_on: str | None
+    wake_at: str | None
+    result: dict[str, Any] | None
+    error: str | None
+    finished_at: str | None
 
 
 class Started(BaseModel):
     run_id: uuid.UUID
     created: bool
     """False when the Idempotency-Key named a run that already existed."""
+    outcome: RunOutcome | None = None
+    """With `?wait=`: the run when it finished or started waiting, or when the wait ended."""
 
 
-@authed.post("/runs", status_code=201, response_model=Started, tags=["runs"])
-def start(
+WAIT_HELP = (
+    "Wait up to this many seconds (at most 120) for the run to finish or start waiting; no "
+    "worker is held while waiting. The answer comes as soon as it does, or when the time is up "
+    "with the run still running."
+)
+Wait = Annotated[float | None, Query(ge=0, le=listen.MAX_WAIT, description=WAIT_HELP)]
+
+
+@authed.post(
+    "/runs",
+    status_code=201,
+    response_model=Started,
+    response_model_exclude_none=True,  # no `outcome` unless the caller waited
+    tags=["runs"],
+    responses={
+        200: {"model": Started, "description": "The key's existing run."},
+        **failures(401, 409, 413, 422),
+    },
+)
+async def start(
     body: StartRun,
     response: Response,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    wait: Wait = None,
 ) -> Started:
     """Start a run. The same Idempotency-Key returns the same run (200); reusing it with a
-    different agent or input is refused (409)."""
+    different agent or input is refused (409). With `?wait=`, answer once the run finished or
+    started waiting (or the time is up), with its outcome."""
 
-    started = start_run(body.agent, body.input, idempotency_key)
+    deadline = parse_deadline(body.deadline, "field 'deadline'")
+    started = await run_in_threadpool(
+        start_run, body.agent, body.input, idempotency_key, deadline=deadline
+    )
     response.headers["Location"] = f"/runs/{started.run_id}"
     if not started.created:
         response.status_code = 200
-    return Started(run_id=started.run_id, created=started.created)
+    outcome = None
+    if wait is not None:
+        settled = await listen.wait_settled(started.run_id, wait)
+        outcome = RunOutcome.model_validate(settled.as_json())
+    return Started(run_id=started.run_id, created=started.created, outcome=outcome)
 
 
 @authed.get("/runs", tags=["runs"])
@@ -130,11 +210,15 @@ def runs(
     return {"runs": list_runs(status=status, agent=agent, batch=batch, limit=limit)}
 
 
-@authed.get("/runs/{run_id}", tags=["runs"])
-def run(run_id: str) -> dict[str, Any]:
-    """A run with its input, result, journal timeline and actions."""
-
-    return show_run(resolve_run_id(run_id))
+@authed.get("/runs/{run_id}", tags=["runs"], responses=failures(401, 404, 422))
+async def run(run_id: str, wait: Wait = None) -> dict[str, Any]:
+    """A run with its input, result, journal timeline and actions. With `?wait=`, answer once
+    the run finished or started waiting (at once if it has), or when the time is up."""
+    wanted = await run_in_threadpool(resolve_run_id, run_id)
+    if wait:
+        await listen.wait_settled(wanted, wait)
+    shown: dict[str, Any] = await run_in_threadpool(show_run, wanted)
+    return shown
 
 
 class CancelRequest(BaseModel):
@@ -155,6 +239,40 @@ def cancel(run_id: str, who: Caller, body: CancelRequest | None = None) -> dict[
     body = body or CancelRequest()
     result = cancel_run(resolve_run_id(run_id), by=who.actor.identity, reason=body.reason)
     return {"run_id": str(result.run_id), "status": result.status.value}
+
+
+@authed.get(
+    "/runs/{run_id}/events",
+    tags=["runs"],
+    response_class=StreamingResponse,
+    responses={**sse.OPENAPI_STREAM, **failures(401, 404, 422)},
+)
+async def run_events(
+    run_id: str,
+    last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    after: Annotated[str | None, Query(max_length=40)] = None,
+) -> StreamingResponse:
+    """The run's progress as Server-Sent Events: run_started, step_started, model_replied,
+    tool_result, note, timer_set, action_changed, waiting, resumed, finished; then `end`.
+    Resume with the Last-Event-ID header (or `after`): the stream continues right after it."""
+    subject = Subject(run_id=await run_in_threadpool(resolve_run_id, run_id))
+    return await sse.event_stream(subject, last_event_id or after)
+
+
+@authed.get(
+    "/batches/{batch_id:path}/events",
+    tags=["batches"],
+    response_class=StreamingResponse,
+    responses={**sse.OPENAPI_STREAM, **failures(401, 404, 422)},
+)
+async def batch_events(
+    batch_id: str,
+    last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    after: Annotated[str | None, Query(max_length=40)] = None,
+) -> StreamingResponse:
+    """Every run of the batch (children and synthesis) and the batch's own status changes
+    (batch_changed), as Server-Sent Events, in one order; `end` once all are finished."""
+    return await sse.event_stream(Subject(batch_id=batch_id), last_event_id or after)
 
 
 @authed.get("/batches/{batch_id:path}", tags=["batches"])

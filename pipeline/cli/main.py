@@ -15,9 +15,11 @@ from typing import Any
 import pipeline.embedded as embedded
 from pipeline.cli.failures import LONG_RUNNING, describe, stop_what_this_command_started
 from pipeline.cli.format import print_json, table
+from pipeline.cli.waiting import wait_and_report
 from pipeline.errors import NightshiftError
 from pipeline.local.demo import run_demo
 from pipeline.migrate import current, upgrade
+from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.settings import get_settings
@@ -127,13 +129,19 @@ def cmd_start(args: argparse.Namespace) -> int:
         run_input = json.loads(args.input)
     except json.JSONDecodeError as exc:
         raise NightshiftError(f"--input is not valid JSON: {exc}") from None
-    started = start_run(args.agent, run_input, args.key)
+    deadline = parse_deadline(args.deadline, "--deadline")
+    if args.timeout is not None and (not args.wait or args.timeout <= 0):
+        raise NightshiftError("--timeout needs --wait and a positive number of seconds")
+    started = start_run(args.agent, run_input, args.key, deadline=deadline)
     if args.json:
-        print_json({"run_id": str(started.run_id), "created": started.created})
+        if not args.wait:  # with --wait, the outcome is the one JSON document
+            print_json({"run_id": str(started.run_id), "created": started.created})
     elif started.created:
-        print(f"started run {started.run_id}")
+        print(f"started run {started.run_id}", flush=True)
     else:
         print(f"key {args.key!r} already started run {started.run_id}; nothing new started")
+    if args.wait:
+        return wait_and_report(started.run_id, args.timeout, args.json)
     return 0
 
 
@@ -203,7 +211,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_tick(args: argparse.Namespace) -> int:
     report = tick()
-    print(f"resumed {len(report.resumed)} run(s), woke {len(report.woken)} run(s)")
+    print(
+        f"resumed {len(report.resumed)} run(s), woke {len(report.woken)} run(s), "
+        f"ended {len(report.expired)} waiting run(s) past their deadline"
+    )
     return 0
 
 
@@ -268,6 +279,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--input", required=True, help='the run input as JSON, e.g. \'{"team": "ops"}\''
     )
     start.add_argument("--key", help="idempotency key: the same key never starts a second run")
+    start.add_argument(
+        "--deadline",
+        help="finish by then or stop with reason deadline (waiting runs too): seconds, a "
+        "duration like 15m or 2h, or an ISO-8601 time with a timezone",
+    )
+    start.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the outcome and print it; exit 0 if the run succeeded, 1 if it failed "
+        "or was cancelled, 3 if it waits for a person, 4 if --timeout passed first",
+    )
+    start.add_argument("--timeout", type=float, help="with --wait: give up after S seconds")
     start.add_argument("--json", action="store_true")
 
     runs = add("runs", cmd_runs, "list runs, newest first")
@@ -281,7 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("run", help="run id, or its first characters (at least 4)")
     show.add_argument("--json", action="store_true")
 
-    add("tick", cmd_tick, "resume orphaned runs and wake due timers once (beat does this)")
+    add(
+        "tick",
+        cmd_tick,
+        "resume orphaned runs, wake due timers and end waiting runs past their deadline once "
+        "(beat does this)",
+    )
     for module in COMMAND_MODULES:
         importlib.import_module(module).register(add)
     return parser

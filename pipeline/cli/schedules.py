@@ -60,7 +60,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             r["when"],
             r["timezone"],
             r["agent"] + ("" if r["agent_registered"] else " (not registered)"),
-            f"missed={r['missed']} overlap={r['overlap']}",
+            f"missed={r['missed']} overlap={r['overlap']}"
+            + ("" if r["deadline_minutes"] is None else f" deadline={r['deadline_minutes']:g}m"),
             r["next_slot"] or "never",
             _last_words(r["last"]),
         )
@@ -134,6 +135,9 @@ def schedule_rows(now: datetime) -> list[dict[str, Any]]:
                 "missed": schedule.missed.value,
                 "catch_up_minutes": schedule.catch_up.total_seconds() / 60,
                 "overlap": schedule.overlap.value,
+                "deadline_minutes": (
+                    None if schedule.deadline is None else schedule.deadline.total_seconds() / 60
+                ),
                 "next_slot": _local(schedule, upcoming) if upcoming else None,
                 "last": None if fire is None else _fire_dict(schedule, fire),
             }

@@ -1,4 +1,9 @@
-"""`nightshift watch RUN|BATCH`: live progress until the run or batch is done."""
+"""`nightshift watch RUN|BATCH`: live progress until the run or batch is done.
+
+It reads the same progress feed as the API's Server-Sent Events (pipeline/views/feed.py): one
+line per event (a step started, the model replied, a tool returned, an action changed state,
+the run waits or finished), from now on, or from the start with --history.
+"""
 
 from __future__ import annotations
 
@@ -13,39 +18,79 @@ from models import Batch, Run, RunStatus
 from pipeline.cli.format import progress_bar
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError, RunNotFound
+from pipeline.views.feed import START, FeedEvent, Subject, latest_position, read
 from pipeline.views.runs import resolve_run_id
-
-SETTLED_RUN = {s.value for s in RunStatus if s.is_terminal()} | {"needs_attention"}
 
 
 def register(add: Callable[..., argparse.ArgumentParser]) -> None:
     watch = add("watch", cmd_watch, "follow a run or a batch live until it is done")
     watch.add_argument("target", help="a run id (or its first characters) or a batch id")
-    watch.add_argument("--interval", type=float, default=1.0, help="seconds between looks")
+    watch.add_argument("--history", action="store_true", help="first show every earlier event")
+    watch.add_argument(
+        "--interval", type=float, default=1.0, help="at most this many seconds between looks"
+    )
     watch.add_argument("--timeout", type=float, default=0, help="give up after N s (0: never)")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    look = _look_at(args.target)
-    deadline = time.monotonic() + args.timeout if args.timeout else None
-    last = ""
+    subject, summary = _look_at(args.target)
+    give_up = time.monotonic() + args.timeout if args.timeout else None
+    line, settled = summary()
+    _print(line)
+    after = START if args.history else latest_position(subject)
     while True:
-        line, done = look()
-        if line != last:
-            print(f"{time.strftime('%H:%M:%S')}  {line}", flush=True)
-            last = line
-        if done:
+        page = read(subject, after)
+        for event in page.events:
+            _print(describe(event, prefix=subject.batch_id is not None))
+            after = event.position
+        if page.done:
             return 0
-        if deadline is not None and time.monotonic() > deadline:
+        if page.events:
+            settled = summary()[1]
+        if settled:  # waits for a person to say what happened: nothing moves until then
+            _print("waits for a person (nightshift actions list --state outcome_unknown)")
+            return 0
+        if give_up is not None and time.monotonic() > give_up:
             print("still going; stopped watching (--timeout)")
             return 1
-        time.sleep(args.interval)
+        if not page.events:
+            time.sleep(args.interval)
 
 
-def _look_at(target: str) -> Callable[[], tuple[str, bool]]:
+def _print(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')}  {line}", flush=True)
+
+
+def describe(event: FeedEvent, prefix: bool = False) -> str:
+    """One line a person reads for a feed event."""
+    data = event.data
+    step = f"step {data.get('step')}"
+    if event.type == "run_started":
+        said = f"started ({data.get('agent')})"
+    elif event.type == "step_started":
+        said = f"{step} started on {data.get('worker')} (attempt {data.get('attempt')})"
+    elif event.type in ("model_replied", "tool_result", "note", "timer_set"):
+        said = f"{step} {data.get('summary')}"
+    elif event.type == "action_changed":
+        said = f"action {data.get('key')} ({data.get('tool')}): {data.get('state')}"
+    elif event.type == "waiting":
+        until = f" until {data['wake_at']}" if data.get("wake_at") else ""
+        said = f"{data.get('status')} on {data.get('waiting_on')}{until}"
+    elif event.type == "finished":
+        error = f": {data['error']}" if data.get("error") else ""
+        said = f"{data.get('status')} ({data.get('stop_reason')}){error}"
+    elif event.type == "batch_changed":
+        reason = f" ({data['stop_reason']})" if data.get("stop_reason") else ""
+        return f"batch {data.get('status')}{reason}"
+    else:
+        said = event.type
+    return f"run {(event.run_id or '')[:8]}  {said}" if prefix else said
+
+
+def _look_at(target: str) -> tuple[Subject, Callable[[], tuple[str, bool]]]:
     with transaction() as session:
         if session.get(Batch, target) is not None:
-            return lambda: _batch_line(target)
+            return Subject(batch_id=target), lambda: _batch_line(target)
     try:
         run_id = resolve_run_id(target)
         with transaction() as session:
@@ -53,10 +98,11 @@ def _look_at(target: str) -> Callable[[], tuple[str, bool]]:
                 raise RunNotFound()
     except RunNotFound:
         raise NightshiftError(f"{target!r} is neither a run id nor a batch id") from None
-    return lambda: _run_line(run_id)
+    return Subject(run_id=run_id), lambda: _run_line(run_id)
 
 
 def _run_line(run_id: uuid.UUID) -> tuple[str, bool]:
+    """The run now, and whether only a person can move it on."""
     with transaction() as session:
         run = session.get(Run, run_id)
         assert run is not None
@@ -67,7 +113,7 @@ def _run_line(run_id: uuid.UUID) -> tuple[str, bool]:
             f"tokens {run.input_tokens + run.output_tokens}"
             + (f"  ({run.stop_reason})" if run.stop_reason else "")
         )
-        return line, run.status.value in SETTLED_RUN
+        return line, run.status is RunStatus.NEEDS_ATTENTION
 
 
 def _batch_line(batch_id: str) -> tuple[str, bool]:
@@ -85,4 +131,4 @@ def _batch_line(batch_id: str) -> tuple[str, bool]:
         done = sum(n for status, n in counts.items() if status.is_terminal())
         parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         line = f"{batch.name} {batch.status}  {progress_bar(done, total)}  {parts}"
-        return line, batch.status.is_terminal()
+        return line, False

@@ -125,6 +125,8 @@ def _next_move(
     if action.state is ActionState.REJECTED:
         who = action.decided_by or "a person"
         return f"Not done: {who} rejected this action ({action.note or 'no reason given'})."
+    if action.state is ActionState.WITHDRAWN:
+        return "Not done: the approval was withdrawn because the run ended before a decision."
     if action.state is ActionState.PENDING_APPROVAL:
         raise ParkRun(RunStatus.WAITING, approval_wait(key))
     if action.state is ActionState.ATTEMPTED:

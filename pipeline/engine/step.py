@@ -58,7 +58,7 @@ from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.runs import fanout
-from pipeline.runs.waits import is_settled_txn
+from pipeline.runs.waits import is_settled_txn, withdraw_approvals_txn
 from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.engine")
@@ -428,6 +428,7 @@ class StepRunner:
                 )
             ).rowcount  # type: ignore[attr-defined]
             if changed and status.is_terminal():
+                withdraw_approvals_txn(session, Run.id == run.id, reason)
                 # The batch join, and the batch's own end, in the finish's transaction.
                 fanout.synthesis_finished_txn(session, run.id, status)
                 if run.batch_id:

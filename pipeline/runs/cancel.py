@@ -12,6 +12,7 @@ from models import Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound
 from pipeline.logs import get_logger
+from pipeline.runs.waits import withdraw_approvals_txn
 
 log = get_logger("nightshift.cancel")
 
@@ -47,6 +48,7 @@ def cancel_run_txn(
     session.execute(
         update(Run).where(Run.id == run_id, Run.cancel_requested.is_(False)).values(**values)
     )
+    withdraw_approvals_txn(session, Run.id == run_id, reason)
     new = RunStatus.CANCELLED if status.is_parked() else status
     log.info("run %s: cancel requested by %s (%s)", run_id, by, new)
     return CancelResult(run_id, new)

@@ -108,8 +108,14 @@ def decide_txn(
     )
     if decision in (Decision.HAPPENED, Decision.DID_NOT_HAPPEN):
         allowed = true()
-    # A finished run will never send an approved action: refuse rather than pretend.
-    run_open = Action.run_id.in_(select(Run.id).where(Run.status.not_in(RunStatus.terminal())))
+    # A finished run will never send an approved action, nor will one past its deadline
+    # (the tick is about to end it): refuse rather than pretend.
+    run_open = Action.run_id.in_(
+        select(Run.id).where(
+            Run.status.not_in(RunStatus.terminal()),
+            or_(Run.deadline.is_(None), Run.deadline > func.now()),
+        )
+    )
     changed = session.execute(
         update(Action)
         .where(Action.idempotency_key == key, Action.state == required, allowed, run_open)
@@ -149,17 +155,31 @@ def _repeat_or_refuse(
     ).one_or_none()
     if row is None:
         raise UnknownAction(f"no action has idempotency key {key!r}")
-    if row.decision is None and row.state == required and row.approvers:
+    run = session.execute(
+        select(Run.status, Run.stop_reason, Run.deadline, Run.deadline <= func.now()).where(
+            Run.id == row.run_id
+        )
+    ).one()
+    if row.state is ActionState.WITHDRAWN:
+        raise StatusConflict(
+            f"action {key!r} was withdrawn: its run {row.run_id} ended ({run.stop_reason}) "
+            "before anyone decided"
+        )
+    if row.decision is None and run.status in RunStatus.terminal():
+        raise StatusConflict(
+            f"action {key!r} belongs to run {row.run_id}, which is {run.status}: "
+            "nothing would carry out a decision now"
+        )
+    if row.decision is None and run[3]:  # past the deadline
+        raise StatusConflict(
+            f"action {key!r} belongs to run {row.run_id}, whose deadline passed at "
+            f"{run.deadline.isoformat()}: nothing would carry out a decision now"
+        )
+    if row.decision is None and row.state == required and by not in (row.approvers or [by]):
         # Never say who may: that tells a stranger whose credential to go after.
         raise NotAnApprover(
             f"{by!r} is not among the approvers of action {key!r} (the tool's approvers, or "
             "NIGHTSHIFT_APPROVERS_<TOOL> on the workers, say who is)"
-        )
-    run_status = session.scalar(select(Run.status).where(Run.id == row.run_id))
-    if row.decision is None and run_status in RunStatus.terminal():
-        raise StatusConflict(
-            f"action {key!r} belongs to run {row.run_id}, which is {run_status}: "
-            "nothing would carry out a decision now"
         )
     if row.decision == decision.value:
         return DecisionResult(key, decision, row.decided_by or "", False, row.state, row.run_id)

@@ -21,6 +21,7 @@ from pipeline.db import transaction
 from pipeline.errors import InvalidInput, NightshiftError
 from pipeline.keys import event_key
 from pipeline.registry import registry
+from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.start import create_run_txn
 
 
@@ -60,12 +61,14 @@ def start_from_event_txn(
         return _repeated(session, source, event_id)
     try:
         run_input = spec.to_input(payload)
+        wanted = spec.deadline(payload) if callable(spec.deadline) else spec.deadline
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInput(
             f"event {source}/{event_id} cannot become a {agent.name} run: missing or bad {exc}"
         ) from None
+    deadline = parse_deadline(wanted, f"the deadline of event {source}/{event_id}")
     # The key is a second guard: even without the event row, this event starts one run.
-    started = create_run_txn(session, agent.name, run_input, key)
+    started = create_run_txn(session, agent.name, run_input, key, deadline=deadline)
     session.execute(update(Event).where(Event.id == inserted).values(run_id=started.run_id))
     return StartedEvent(started.run_id, duplicate=not started.created)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -29,8 +30,11 @@ class CreatedBatch:
     """False when the batch id already existed (the same slot fired twice): nothing started."""
 
 
-def create_batch_txn(session: Session, plan: BatchPlan) -> CreatedBatch:
-    """Create the batch and its children once; the children start after the commit."""
+def create_batch_txn(
+    session: Session, plan: BatchPlan, *, deadline: datetime | None = None
+) -> CreatedBatch:
+    """Create the batch and its children once; the children start after the commit. Every
+    run of the batch, the synthesis too, must be finished by `deadline`."""
     inserted = session.execute(
         insert(Batch)
         .values(
@@ -40,6 +44,7 @@ def create_batch_txn(session: Session, plan: BatchPlan) -> CreatedBatch:
             token_cap=plan.token_cap,
             cost_cap_usd=plan.cost_cap_usd,
             tool_call_cap=plan.tool_call_cap,
+            deadline=deadline,
         )
         .on_conflict_do_nothing(index_elements=["id"])
         .returning(Batch.id)
@@ -53,6 +58,7 @@ def create_batch_txn(session: Session, plan: BatchPlan) -> CreatedBatch:
             child_input,
             child_key(plan.batch_id, index),
             batch_id=plan.batch_id,
+            deadline=deadline,
         ).run_id
         for index, child_input in enumerate(plan.child_inputs)
     ]
@@ -87,6 +93,7 @@ def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
         batch.params["synthesis_agent"],
         {"batch": batch_id, "children": outcomes},
         synthesis_key(batch_id),
+        deadline=batch.deadline,
     )
     session.execute(
         update(Batch)

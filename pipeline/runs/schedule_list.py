@@ -18,7 +18,8 @@ name), minute, hour, day_of_week (0 or sun is Sunday), day_of_month, month_of_ye
 syntax: `*`, `5`, `1-5`, `*/15`, `mon-fri`, lists with commas; all fields must match), timezone
 (an IANA name; default UTC), params (an object for the agent's job; by default the run's
 input), missed (skip | once | all; default once), catch_up_minutes (default 360), overlap
-(allow | skip | buffer_one | cancel_other; default skip).
+(allow | skip | buffer_one | cancel_other; default skip), deadline_minutes (the slot's run, or
+every run of its batch, must be finished this long after the slot; default none).
 """
 
 from __future__ import annotations

@@ -66,10 +66,12 @@ def start_job_txn(session: Session, schedule: Schedule, slot: datetime) -> Start
         key=slot_key(schedule.name, slot),
     )
     plan = agent.job(context)
+    # Counted from the slot, not from now: a caught-up slot has less time left, not more.
+    deadline = slot + schedule.deadline if schedule.deadline is not None else None
     if isinstance(plan, BatchPlan):
-        create_batch_txn(session, plan)
+        create_batch_txn(session, plan, deadline=deadline)
         return Started(batch_id=plan.batch_id)
-    started = create_run_txn(session, agent.name, plan.input, context.key)
+    started = create_run_txn(session, agent.name, plan.input, context.key, deadline=deadline)
     return Started(run_id=started.run_id)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -20,6 +20,7 @@ from pipeline.db import transaction
 from pipeline.errors import InputTooLarge, InvalidInput, NightshiftError
 from pipeline.keys import check_key
 from pipeline.registry import get_agent
+from pipeline.runs.deadlines import Deadline
 from pipeline.settings import get_settings
 
 
@@ -70,11 +71,12 @@ def create_run_txn(
     *,
     parent_id: uuid.UUID | None = None,
     batch_id: str | None = None,
-    deadline: datetime | None = None,
+    deadline: Deadline | None = None,
 ) -> StartedRun:
     """Create the run unless the key already names one; raise on a different request.
 
-    A run created here has its first step sent once the caller's transaction commits.
+    A run created here has its first step sent once the caller's transaction commits. A
+    repeated key returns the first run as it was started: its deadline is not moved.
     """
     checked = validate_input(agent_name, run_input)
     if idempotency_key is not None:
@@ -87,7 +89,7 @@ def create_run_txn(
         "idempotency_key": idempotency_key,
         "parent_id": parent_id,
         "batch_id": batch_id,
-        "deadline": deadline,
+        "deadline": _deadline_value(deadline),
         "max_steps": agent.max_steps,
         "state": {},
         "code_version": code_version(),
@@ -111,7 +113,20 @@ def create_run_txn(
     return StartedRun(existing.id, created=False)
 
 
-def start_run(agent_name: str, run_input: object, idempotency_key: str | None = None) -> StartedRun:
+def _deadline_value(deadline: Deadline | None) -> datetime | ColumnElement[datetime] | None:
+    """A relative deadline counts from PostgreSQL's clock, as every deadline check does."""
+    if isinstance(deadline, timedelta):
+        return func.now() + deadline
+    return deadline
+
+
+def start_run(
+    agent_name: str,
+    run_input: object,
+    idempotency_key: str | None = None,
+    *,
+    deadline: Deadline | None = None,
+) -> StartedRun:
     """Create the run; its first step goes to a worker once this commits."""
     with transaction() as session:
-        return create_run_txn(session, agent_name, run_input, idempotency_key)
+        return create_run_txn(session, agent_name, run_input, idempotency_key, deadline=deadline)

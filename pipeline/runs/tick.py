@@ -1,13 +1,14 @@
 """The tick: find runs that should be moving and are not, and hand them to a worker.
 
 Runs whose worker died (lease expired), runs left without a message (a crash between the
-checkpoint's commit and the enqueue) and waiting runs whose timer is due.
+checkpoint's commit and the enqueue) and waiting runs whose timer is due; and waiting runs
+whose deadline passed, which it ends.
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import text
 
@@ -15,6 +16,7 @@ from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.logs import get_logger
 from pipeline.runs import fanout
+from pipeline.runs.expiry import expire_parked_txn
 from pipeline.runs.waits import wake_due_timers_txn, wake_settled_txn
 from pipeline.settings import Settings, get_settings
 
@@ -54,6 +56,8 @@ _ORPHANS = text(
 class TickReport:
     resumed: list[uuid.UUID]
     woken: list[uuid.UUID]
+    expired: list[uuid.UUID] = field(default_factory=list)
+    """Waiting runs ended because their deadline passed."""
 
 
 def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
@@ -66,10 +70,12 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
             send_step_after_commit(
                 session, row.id, agent=row.agent, step=row.step, batch=row.batch_id
             )
+        # Before waking timers: a run whose timer and deadline are both due ends.
+        expired = expire_parked_txn(session, limit)
         woken = wake_due_timers_txn(session, limit) + wake_settled_txn(session, limit)
         fanout.ready_batches_txn(session)
     if orphans:
         log.info("tick: resumed %d run(s) with no live worker", len(orphans))
     if woken:
         log.info("tick: woke %d run(s) whose timer is due or whose decision was made", len(woken))
-    return TickReport([r.id for r in orphans], woken)
+    return TickReport([r.id for r in orphans], woken, expired)

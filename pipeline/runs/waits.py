@@ -8,7 +8,7 @@ import uuid
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from models import Action, ActionState, Run, RunStatus
+from models import Action, ActionAudit, ActionState, Run, RunStatus
 from pipeline.app import send_step_after_commit
 from pipeline.keys import Wait, WaitKind, approval_wait, person_wait
 
@@ -85,3 +85,23 @@ def is_settled_txn(session: Session, waiting_on: str) -> bool:
         return False
     state = session.scalar(select(Action.state).where(Action.idempotency_key == wait.ref))
     return state not in (None, unsettled)
+
+
+def withdraw_approvals_txn(session: Session, which: ColumnElement[bool], reason: str) -> int:
+    """Withdraw the pending approvals of runs that ended (matching `which` on the run): nobody
+    will carry them out, so a later approval must be refused rather than pretend. Each
+    withdrawal goes on the action's audit trail."""
+    ended = select(Run.id).where(which, Run.status.in_(RunStatus.terminal()))
+    pending = Action.state == ActionState.PENDING_APPROVAL
+    withdrawn = session.execute(
+        update(Action)
+        .where(Action.run_id.in_(ended.scalar_subquery()), pending)
+        .values(state=ActionState.WITHDRAWN, resolution=reason, updated_at=func.now())
+        .returning(Action.idempotency_key, Action.run_id)
+    ).all()
+    via = f"the run ended ({reason})"
+    for key, run_id in withdrawn:
+        session.add(
+            ActionAudit(action_key=key, run_id=run_id, event="withdrawn", by="nightshift", via=via)
+        )
+    return len(withdrawn)

@@ -21,6 +21,7 @@ from pipeline.api.tokens import revoke_token
 from pipeline.db import transaction
 from pipeline.runs.start import start_run
 from pipeline.sandbox.pricing import PricingSandbox
+from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
 from tests.integration.api_fixtures import (
     PR_KEY,
@@ -299,3 +300,58 @@ def test_a_trusted_proxy_signs_people_in_only_when_switched_on(db_url: str) -> N
     # and when the proxy says someone else, the old session no longer counts
     proxied.headers["X-Forwarded-Email"] = "bob@example.com"
     assert "bob@example.com" in proxied.get("/ui").text
+
+
+@pytest.fixture
+def web(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebSandbox]:
+    sandbox = WebSandbox(log_path=tmp_path / "web.jsonl").start()
+    monkeypatch.setenv("NIGHTSHIFT_WEB_URL", sandbox.url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the scripted model answers
+    get_settings.cache_clear()
+    yield sandbox
+    sandbox.stop()
+
+
+def test_a_runs_timeline_grows_live_in_the_browser_without_a_reload(
+    web: WebSandbox, processes: ProcessFactory
+) -> None:
+    _need(sync_playwright is not None, "the playwright package")
+    _need(Path(CHROMIUM).exists(), CHROMIUM)
+    assert sync_playwright is not None
+
+    # given a follow-up run that has checked the deploys and waits 10 seconds to check again
+    processes("worker")
+    processes("beat", beat=True)
+    run_id = start_run("follow_up", {"after_seconds": 10}).run_id
+    wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
+
+    with live_server(make_app()) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{base}/ui/login")
+            page.fill("input[name=token]", person_token("ops@example.com"))
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{base}/ui")
+            # when someone opens the run's page while it waits
+            page.goto(f"{base}/ui/runs/{run_id}")
+            page.evaluate("window.sameDocument = true")
+            before = page.locator("li.entry").count()
+            status = page.locator("#run-status").inner_text()
+            assert status.startswith("waiting"), f"the run moved on too early: {status}"
+            page.wait_for_selector("body[data-live=on]", state="attached")
+
+            # then, as the timer falls due and the run goes on, the page follows it
+            page.wait_for_selector("body[data-live=ended]", state="attached", timeout=30_000)
+            assert page.evaluate("window.sameDocument") is True  # never reloaded
+            live_keys = page.locator("li.entry").evaluate_all("es => es.map(e => e.dataset.key)")
+            assert len(live_keys) > before
+            assert page.locator("#run-status").inner_text().startswith("succeeded")
+            assert "Checked the deploys" in page.locator("#run-result").inner_text()
+            # and it shows what a fresh load shows, each entry once
+            page.reload()
+            loaded = page.locator("li.entry").evaluate_all("es => es.map(e => e.dataset.key)")
+            assert live_keys == loaded and len(set(loaded)) == len(loaded)
+        finally:
+            browser.close()
+    assert run_row(run_id).status == RunStatus.SUCCEEDED

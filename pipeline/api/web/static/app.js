@@ -1,12 +1,213 @@
-// Keep the status page current: reload every data-refresh seconds, unless someone is typing
-// a note or the tab is hidden. Nothing else here; the page works without JavaScript.
+// The status page. A running run's or batch's page follows its progress feed (Server-Sent
+// Events, data-feed) and updates in place: the timeline grows, statuses and actions change.
+// Other pages reload every data-refresh seconds unless someone is typing or the tab is hidden.
+// Everything is built with textContent, never markup; the pages work without JavaScript.
 (function () {
   "use strict";
-  var seconds = Number(document.body.dataset.refresh || 0);
-  if (!seconds) return;
-  setInterval(function () {
-    var active = document.activeElement;
-    var typing = active && (active.tagName === "INPUT" || active.tagName === "TEXTAREA");
-    if (!typing && document.visibilityState === "visible") window.location.reload();
-  }, seconds * 1000);
+  var body = document.body;
+  var TERMINAL = ["succeeded", "failed", "cancelled"];
+  var JOURNAL = ["model_replied", "tool_result", "note", "timer_set"];
+
+  if (body.dataset.feed) {
+    follow(body.dataset.feed, body.dataset.after || "");
+  } else if (Number(body.dataset.refresh || 0)) {
+    setInterval(function () {
+      var active = document.activeElement;
+      var typing = active && (active.tagName === "INPUT" || active.tagName === "TEXTAREA");
+      if (!typing && document.visibilityState === "visible") window.location.reload();
+    }, Number(body.dataset.refresh) * 1000);
+  }
+
+  function follow(url, after) {
+    var source = new EventSource(after ? url + "?after=" + encodeURIComponent(after) : url);
+    var types = JOURNAL.concat(["run_started", "step_started", "action_changed", "waiting",
+                                "resumed", "finished", "batch_changed"]);
+    types.forEach(function (type) {
+      source.addEventListener(type, function (message) {
+        var event = JSON.parse(message.data);
+        if (document.getElementById("timeline")) onRunEvent(event);
+        else onBatchEvent(event);
+        body.dataset.lastEvent = event.id;
+      });
+    });
+    source.addEventListener("end", function () {
+      source.close();
+      body.dataset.live = "ended";
+    });
+    source.addEventListener("open", function () { body.dataset.live = "on"; });
+  }
+
+  // -- a run's page --------------------------------------------------------------------------
+
+  function onRunEvent(event) {
+    if (JOURNAL.indexOf(event.type) >= 0) addEntry(event);
+    else if (event.type === "step_started") {
+      text("run-step", event.step);
+      text("run-attempts", event.attempt + " (fence " + event.fence + ")");
+      showStatus(document.getElementById("run-status"), "running");
+    } else if (event.type === "action_changed") showAction(event);
+    else if (["waiting", "resumed", "finished"].indexOf(event.type) >= 0) {
+      showStatus(document.getElementById("run-status"), event.status, event.waiting_on,
+                 event.stop_reason);
+      if (event.type === "finished") showEnd(event);
+    }
+  }
+
+  function addEntry(event) {
+    var timeline = document.getElementById("timeline");
+    if (byData(timeline, "li", "key", event.key)) return; // already on the page
+    var step = byData(timeline, "section", "step", String(event.step));
+    if (!step) step = addStep(timeline, event.step);
+    var kind = event.key.split(":")[0];
+    var entry = element("li", "entry entry-" + kind);
+    entry.dataset.key = event.key;
+    entry.appendChild(element("time", "", event.at.slice(11, 19)));
+    entry.appendChild(element("span", "kind", kind));
+    entry.appendChild(element("code", "key", event.key));
+    entry.appendChild(element("span", "summary", event.summary || ""));
+    step.querySelector("ol").appendChild(entry);
+    document.getElementById("no-timeline").hidden = true;
+  }
+
+  function addStep(timeline, number) {
+    var section = element("section", "step");
+    section.dataset.step = String(number);
+    section.appendChild(element("h3", "", "Step " + number));
+    section.appendChild(element("ol", "timeline"));
+    var later = Array.prototype.filter.call(timeline.children, function (other) {
+      return Number(other.dataset.step) > number;
+    })[0];
+    timeline.insertBefore(section, later || null);
+    return section;
+  }
+
+  function showAction(event) {
+    var table = document.getElementById("actions");
+    var row = byData(table, "tr", "key", event.key);
+    if (!row) {
+      row = table.querySelector("tbody").appendChild(document.createElement("tr"));
+      row.dataset.key = event.key;
+      var link = element("a", "", event.key);
+      link.href = "/ui/actions/" + encodeURIComponent(event.key);
+      row.appendChild(element("td")).appendChild(link);
+      row.appendChild(element("td", "", event.tool));
+      ["state", "attempts", "resolution", "decision", "decide"].forEach(function (name) {
+        row.appendChild(element("td", name));
+      });
+    }
+    var state = row.querySelector(".state");
+    state.textContent = "";
+    state.appendChild(pill(event.state));
+    row.querySelector(".attempts").textContent = event.attempts;
+    row.querySelector(".resolution").textContent = event.resolution || "";
+    row.querySelector(".decision").textContent = event.decision || "";
+    var decide = row.querySelector(".decide");
+    if (event.state !== "pending_approval") decide.textContent = "";
+    else if (!decide.firstChild) {
+      var open = element("a", "", "decide");
+      open.href = "/ui/actions/" + encodeURIComponent(event.key);
+      decide.appendChild(open);
+    }
+    table.hidden = false;
+    document.getElementById("no-actions").hidden = true;
+  }
+
+  function showEnd(event) {
+    var error = document.getElementById("run-error");
+    if (event.error) {
+      error.textContent = event.error;
+      error.hidden = error.previousElementSibling.hidden = false;
+    }
+    if (event.result) {
+      var result = document.getElementById("run-result");
+      result.textContent = JSON.stringify(event.result, null, 2);
+      result.hidden = document.getElementById("result-heading").hidden = false;
+    }
+  }
+
+  // -- a batch's page ------------------------------------------------------------------------
+
+  function onBatchEvent(event) {
+    if (event.type === "batch_changed") {
+      showStatus(document.getElementById("batch-status"), event.status, null, event.stop_reason);
+      return;
+    }
+    if (event.type === "run_started" && !event.batch_id) showSynthesis(event.run_id);
+    var status = event.type === "step_started" ? "running" : event.status;
+    if (!status || event.type === "action_changed") return;
+    var row = byData(document, "tr", "run", event.run_id);
+    if (row) {
+      showStatus(row.querySelector(".run-status"), status, event.waiting_on);
+      row.dataset.status = status;
+      if (event.step !== undefined) row.querySelector(".run-step").textContent = event.step;
+      row.querySelector(".run-reason").textContent = event.stop_reason || "";
+      countChildren();
+    }
+    var synthesis = byData(document.getElementById("batch-synthesis"), "a", "run", event.run_id);
+    if (synthesis) showStatus(synthesis.nextElementSibling, status, event.waiting_on);
+  }
+
+  function showSynthesis(runId) {
+    var place = document.getElementById("batch-synthesis");
+    if (!place || byData(place, "a", "run", runId)) return;
+    place.textContent = "";
+    var link = element("a", "", runId);
+    link.href = "/ui/runs/" + runId;
+    link.dataset.run = runId;
+    place.appendChild(link);
+    place.appendChild(document.createTextNode(" "));
+    place.appendChild(element("span", "run-status")).appendChild(pill("running"));
+  }
+
+  function countChildren() {
+    var place = document.getElementById("batch-children");
+    var counts = {done: 0, running: 0, waiting: 0, failed: 0};
+    var column = {succeeded: "done", running: "running", waiting: "waiting",
+                  needs_attention: "waiting", failed: "failed", cancelled: "failed"};
+    var rows = document.querySelectorAll("table.runs tr[data-run]");
+    Array.prototype.forEach.call(rows, function (row) { counts[column[row.dataset.status]] += 1; });
+    Object.keys(counts).forEach(function (name) {
+      place.querySelector(".n-" + name).textContent = counts[name];
+    });
+    var finished = counts.done + counts.failed;
+    place.querySelector(".count").textContent = finished + "/" + rows.length;
+    place.querySelector("progress").value = finished;
+  }
+
+  // -- shared --------------------------------------------------------------------------------
+
+  function showStatus(place, status, waitingOn, reason) {
+    if (!place) return;
+    place.textContent = "";
+    place.appendChild(pill(status));
+    if (waitingOn && TERMINAL.indexOf(status) < 0 && status !== "running") {
+      place.appendChild(document.createTextNode(" on "));
+      place.appendChild(element("code", "", waitingOn));
+    }
+    if (reason) place.appendChild(document.createTextNode(" (" + reason + ")"));
+  }
+
+  function pill(status) {
+    return element("span", "status status-" + status, status);
+  }
+
+  function element(tag, className, content) {
+    var made = document.createElement(tag);
+    if (className) made.className = className;
+    if (content !== undefined && content !== null) made.textContent = String(content);
+    return made;
+  }
+
+  function text(id, content) {
+    var place = document.getElementById(id);
+    if (place) place.textContent = String(content);
+  }
+
+  // Compared in script, not in a CSS selector: keys hold any characters.
+  function byData(root, tag, name, value) {
+    if (!root) return null;
+    return Array.prototype.filter.call(root.querySelectorAll(tag), function (found) {
+      return found.dataset[name] === value;
+    })[0] || null;
+  }
 })();

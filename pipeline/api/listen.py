@@ -1,0 +1,112 @@
+"""Long-polls for the API: `GET /runs/{id}?wait=` and `POST /runs?wait=` wait here, holding
+no worker and no thread, until the run settles.
+
+One LISTEN connection per event loop serves every request waiting on it: the first waiter
+opens it, the last one to leave closes it. A notification for a run wakes its waiters, who
+look at the run again; a waiter also looks every RECHECK seconds, so a listener that lost its
+connection (or never got one) only makes the wait slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+import weakref
+from collections.abc import AsyncIterator
+
+import psycopg
+from fastapi.concurrency import run_in_threadpool
+
+from pipeline.db import libpq_url
+from pipeline.views.outcomes import RECHECK, SETTLED_CHANNEL, Outcome, outcome
+
+log = logging.getLogger("nightshift.api")
+
+MAX_WAIT = 120.0
+"""The longest `?wait=` accepted: longer long-polls are cut by proxies anyway."""
+RECONNECT_SECONDS = 1.0
+
+
+async def wait_settled(run_id: uuid.UUID, timeout: float) -> Outcome:
+    """The run once it finished or started waiting, or as it is after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout
+    async with _listener().watching(str(run_id)) as woken:
+        while True:
+            woken.clear()  # before looking: a change from now on wakes the wait below
+            found = await run_in_threadpool(outcome, run_id)
+            left = give_up - loop.time()
+            if found.settled or left <= 0:
+                return found
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), min(RECHECK, left))
+
+
+_LISTENERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Listener] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _listener() -> _Listener:
+    loop = asyncio.get_running_loop()
+    listener = _LISTENERS.get(loop)
+    if listener is None:
+        listener = _LISTENERS[loop] = _Listener()
+    return listener
+
+
+class _Listener:
+    """The LISTEN connection of one event loop, open while anyone waits."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._listening = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def watching(self, run_id: str) -> AsyncIterator[asyncio.Event]:
+        woken = asyncio.Event()
+        self._waiters.setdefault(run_id, set()).add(woken)
+        if self._task is None:
+            self._listening.clear()
+            self._task = asyncio.create_task(self._listen(), name="nightshift-listen")
+        try:
+            # Until LISTEN is in place a change could go unnoticed: wait for it, briefly.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._listening.wait(), RECONNECT_SECONDS)
+            yield woken
+        finally:
+            waiting = self._waiters.get(run_id, set())
+            waiting.discard(woken)
+            if not waiting:
+                self._waiters.pop(run_id, None)
+            if not self._waiters and self._task is not None:
+                task, self._task = self._task, None
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    libpq_url(), autocommit=True
+                ) as connection:
+                    await connection.execute(f"LISTEN {SETTLED_CHANNEL}")
+                    self._listening.set()
+                    self._wake_all()  # anything missed while not listening: look again
+                    async for note in connection.notifies():
+                        for woken in self._waiters.get(note.payload, ()):
+                            woken.set()
+            except psycopg.Error as exc:
+                log.warning("run wait listener: %s; waits poll until it reconnects", exc)
+                self._listening.clear()
+                self._wake_all()
+                await asyncio.sleep(RECONNECT_SECONDS)
+
+    def _wake_all(self) -> None:
+        for waiting in self._waiters.values():
+            for woken in waiting:
+                woken.set()

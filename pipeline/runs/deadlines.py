@@ -1,0 +1,67 @@
+"""Deadlines as callers write them, read the same way by the API, the CLI, `.delay()`, event
+sources and schedules: a number of seconds or a duration from now (`90`, `90s`, `15m`, `2h`,
+`1d`), or an ISO-8601 time with its timezone (`2026-12-01T06:00:00+01:00`).
+
+A relative deadline stays relative until the run row is written, where PostgreSQL adds it to
+its own clock (`now() + interval`): the run's deadline never depends on the caller's clock.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from pipeline.errors import InvalidInput
+
+Deadline = datetime | timedelta
+"""An instant (timezone-aware), or how long from the moment the run is created."""
+
+MAX_DEADLINE = timedelta(days=366)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_FORMS = "seconds, a duration like 90s, 15m, 2h or 1d, or an ISO-8601 time with a timezone"
+
+
+def parse_deadline(value: object, what: str = "deadline") -> Deadline | None:
+    """`value` as a deadline; None stays None. Raises InvalidInput naming `what`."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidInput(f"{what} must be {_FORMS} (got {value!r})")
+    if isinstance(value, timedelta):
+        return _relative(value, what)
+    if isinstance(value, int | float):
+        return _relative(timedelta(seconds=value), what)
+    if isinstance(value, datetime):
+        return _absolute(value, what)
+    if isinstance(value, str):
+        text = value.strip()
+        duration = _DURATION.fullmatch(text.lower())
+        if duration:
+            amount, unit = duration.groups()
+            return _relative(timedelta(seconds=float(amount) * _UNITS[unit]), what)
+        try:
+            instant = datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidInput(f"{what} must be {_FORMS} (got {value[:40]!r})") from None
+        return _absolute(instant, what)
+    raise InvalidInput(f"{what} must be {_FORMS} (got {type(value).__name__})")
+
+
+def _relative(after: timedelta, what: str) -> timedelta:
+    if after <= timedelta(0):
+        raise InvalidInput(f"{what} must be in the future (got {after.total_seconds():g} s)")
+    if after > MAX_DEADLINE:
+        raise InvalidInput(f"{what} is more than {MAX_DEADLINE.days} days away")
+    return after
+
+
+def _absolute(instant: datetime, what: str) -> datetime:
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise InvalidInput(f"{what} {instant.isoformat()} has no timezone (add Z or +01:00)")
+    now = datetime.now(UTC)
+    if instant <= now:
+        raise InvalidInput(f"{what} {instant.isoformat()} is in the past")
+    if instant - now > MAX_DEADLINE:
+        raise InvalidInput(f"{what} is more than {MAX_DEADLINE.days} days away")
+    return instant

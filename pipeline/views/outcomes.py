@@ -1,0 +1,107 @@
+"""A run's outcome, and waiting for it with no worker held.
+
+Waiting listens on the PostgreSQL channel `nightshift_run_settled`, which the run status
+trigger (the run_events migration) notifies when a run finishes or starts waiting; every RECHECK
+seconds it looks again anyway, so a lost notification (a reconnect) only costs latency. A
+waiter costs one query when it starts, one per notification for its run and one per RECHECK.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import select
+
+from models import Run, RunStatus
+from pipeline.db import libpq_url, transaction
+from pipeline.errors import RunNotFound
+from pipeline.keys import Wait, WaitKind
+
+SETTLED_CHANNEL = "nightshift_run_settled"
+RECHECK = 5.0
+"""Seconds between looks at the run when no notification came."""
+
+_PERSON = frozenset({WaitKind.APPROVAL, WaitKind.ACTION})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: uuid.UUID
+    status: RunStatus
+    stop_reason: str | None
+    waiting_on: str | None
+    wake_at: datetime | None
+    result: dict[str, Any] | None
+    error: str | None
+    finished_at: datetime | None
+
+    @property
+    def settled(self) -> bool:
+        """Finished, or waiting (a timer, an approval, a person): nothing is running."""
+        return self.status.is_terminal() or self.status.is_parked()
+
+    @property
+    def needs_person(self) -> bool:
+        """Nothing moves until a person decides (an approval) or says what happened."""
+        if self.status is RunStatus.NEEDS_ATTENTION:
+            return True
+        return self.waiting_on is not None and Wait.parse(self.waiting_on).kind in _PERSON
+
+    def done(self, through_timers: bool) -> bool:
+        """Whether a caller waiting for this run can stop: it settled, and (through_timers)
+        a timer or a retry will not move it on by itself."""
+        if not through_timers:
+            return self.settled
+        return self.status.is_terminal() or (self.status.is_parked() and self.needs_person)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": str(self.run_id),
+            "status": self.status.value,
+            "stop_reason": self.stop_reason,
+            "waiting_on": self.waiting_on,
+            "wake_at": self.wake_at.isoformat() if self.wake_at else None,
+            "result": self.result,
+            "error": self.error,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }
+
+
+def outcome(run_id: uuid.UUID) -> Outcome:
+    with transaction() as session:
+        row = session.execute(
+            select(
+                Run.status,
+                Run.stop_reason,
+                Run.waiting_on,
+                Run.wake_at,
+                Run.result,
+                Run.error,
+                Run.finished_at,
+            ).where(Run.id == run_id)
+        ).one_or_none()
+    if row is None:
+        raise RunNotFound(f"no run has id {run_id}")
+    return Outcome(run_id, *row)
+
+
+def wait_for_outcome(run_id: uuid.UUID, timeout: float, *, through_timers: bool = False) -> Outcome:
+    """The run once it settled (or, through_timers, once only a person could move it on), or
+    as it is when `timeout` seconds have passed. For processes that reach the database (the
+    CLI, scripts); other services use the API's `?wait=` (pipeline.api.client.wait_for_run)."""
+    give_up = time.monotonic() + timeout
+    with psycopg.connect(libpq_url(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {SETTLED_CHANNEL}")  # before looking: no change slips by
+        while True:
+            found = outcome(run_id)
+            left = give_up - time.monotonic()
+            if found.done(through_timers) or left <= 0:
+                return found
+            for note in listener.notifies(timeout=min(RECHECK, left)):
+                if note.payload == str(run_id):
+                    break
