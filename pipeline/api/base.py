@@ -31,6 +31,7 @@ from pipeline.errors import (
 from pipeline.registry import UnknownEventSource
 from pipeline.runs.decisions import NotAnApprover
 from pipeline.runs.start import IdempotencyConflict
+from pipeline.views.artifacts import UnknownArtifact
 from pipeline.views.batches import UnknownBatch
 from pipeline.views.runs import AmbiguousRunId
 
@@ -152,6 +153,7 @@ class ApiError(Exception):
 _STATUS_FOR: tuple[tuple[type[NightshiftError], int], ...] = (
     (RunNotFound, 404),
     (UnknownBatch, 404),
+    (UnknownArtifact, 404),
     (UnknownAction, 404),
     (UnknownEventSource, 404),
     (NotAnApprover, 403),

@@ -20,19 +20,21 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.templating import Jinja2Templates
 
 from models import ActionState, RunStatus
-from pipeline.api import tokens
+from pipeline.api import tokens, words
 from pipeline.api.auth import proxy_identity
 from pipeline.api.base import ApiConfig, ApiError, status_for
 from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
 from pipeline.api.sse import event_stream
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
-from pipeline.runs.decisions import Actor, decide
+from pipeline.runs.decisions import Actor, Decision, decide
 from pipeline.settings import get_settings
-from pipeline.views.actions import list_actions, show_action
+from pipeline.views.actions import ATTENTION, count_actions, list_actions, show_action
+from pipeline.views.artifacts import read_artifact
 from pipeline.views.batches import list_batches, show_batch
 from pipeline.views.feed import Subject, format_position, latest_position
 from pipeline.views.liveness import queue_liveness, stall
@@ -126,7 +128,9 @@ def _page(
     **context: Any,
 ) -> Response:
     csrf = _signer(request).csrf_token(session) if session else ""
-    context = {"session": session, "csrf": csrf, "RunStatus": RunStatus, **context}
+    attention = count_actions(ATTENTION) if session else 0
+    context = {"session": session, "csrf": csrf, "RunStatus": RunStatus,
+               "attention_count": attention, **context}  # fmt: skip
     return templates.TemplateResponse(request, name, context, status_code=status)
 
 
@@ -226,7 +230,7 @@ def run_page(request: Request, run_id: str) -> Response:
         # Before reading the run: whatever commits from here on arrives as an event (the
         # page drops what it already shows), so nothing falls between the two.
         after = format_position(latest_position(Subject(run_id=wanted)))
-        detail = show_run(wanted)
+        detail = show_run(wanted, full=True)
     except NightshiftError as exc:
         return _failure(request, session, exc)
     run = detail["run"]
@@ -269,6 +273,35 @@ def _timeline(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"step": step, "entries": entries} for step, entries in sorted(steps.items())]
 
 
+@router.get("/ui/runs/{run_id}/artifacts/{artifact_id}")
+def artifact_page(request: Request, run_id: str, artifact_id: int) -> Response:
+    """An artifact to read: markdown rendered (escaped, no raw HTML), other text as it is."""
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    try:
+        run = resolve_run_id(run_id)
+        artifact = read_artifact(run, artifact_id)
+    except NightshiftError as exc:
+        return _failure(request, session, exc)
+    return _page(request, "artifact.html", session, artifact=artifact, run_id=str(run))
+
+
+@router.get("/ui/attention")
+def attention_page(request: Request) -> Response:
+    """What a person must decide: approvals, and sends whose outcome nobody knows."""
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    return _page(
+        request,
+        "attention.html",
+        session,
+        approvals=list_actions(state=ActionState.PENDING_APPROVAL, limit=200),
+        unknown=list_actions(state=ActionState.OUTCOME_UNKNOWN, limit=200),
+    )
+
+
 @router.get("/ui/batches/{batch_id:path}")
 def batch_page(request: Request, batch_id: str) -> Response:
     session = _session(request)
@@ -284,7 +317,9 @@ def batch_page(request: Request, batch_id: str) -> Response:
 
 
 @router.get("/ui/actions/{key:path}")
-def action_page(request: Request, key: str, repeated: int = 0) -> Response:
+def action_page(
+    request: Request, key: str, repeated: int = 0, decided: str | None = None
+) -> Response:
     session = _session(request)
     if session is None:
         return _to_login()
@@ -292,7 +327,19 @@ def action_page(request: Request, key: str, repeated: int = 0) -> Response:
         action = show_action(key)
     except NightshiftError as exc:
         return _failure(request, session, exc)
-    return _page(request, "action.html", session, action=action, repeated=bool(repeated))
+    return _page(
+        request, "action.html", session, action=action, repeated=bool(repeated),
+        confirmation=CONFIRMATIONS.get(decided or "") if not repeated else None,
+    )  # fmt: skip
+
+
+CONFIRMATIONS: dict[str, str] = {
+    Decision.APPROVE: "You approved it. The run goes on and sends it now, once.",
+    Decision.REJECT: "You rejected it. The run goes on without it; nothing is sent.",
+    Decision.HAPPENED: "Recorded: it happened. It will not be sent again; the run goes on.",
+    Decision.DID_NOT_HAPPEN: "Recorded: it did not happen. The run sends it again now, once.",
+}
+"""What the page says after a person's decision, in place of the state's code."""
 
 
 @router.post("/ui/actions/{key:path}")
@@ -305,10 +352,9 @@ async def decide_page(request: Request, key: str) -> Response:
     if not _signer(request).csrf_matches(session, fields.get("csrf")):
         return _page(request, "error.html", session, status=403, message=_STALE_FORM)
     decision = fields.get("decision")
-    if decision not in ("approve", "reject"):
-        return _page(
-            request, "error.html", session, status=422, message="decision must be approve or reject"
-        )
+    if decision not in {d.value for d in Decision}:
+        message = "decision must be approve, reject, happened or did_not_happen"
+        return _page(request, "error.html", session, status=422, message=message)
     note = (fields.get("note") or "").strip()[:MAX_NOTE] or None
     try:
         actor = Actor(session.who, session.via)
@@ -323,11 +369,18 @@ async def decide_page(request: Request, key: str) -> Response:
             error=str(exc), repeated=False,
         )  # fmt: skip
     target = f"/ui/actions/{quote(key, safe='')}"
-    return RedirectResponse(target + ("" if result.first else "?repeated=1"), status_code=303)
+    shown = f"?decided={result.decision.value}" if result.first else "?repeated=1"
+    return RedirectResponse(target + shown, status_code=303)
 
 
 def _run_link(run_id: str | uuid.UUID) -> str:
     return f"/ui/runs/{run_id}"
 
 
-templates.env.globals["run_link"] = _run_link
+templates.env.globals |= {
+    "run_link": _run_link,
+    "plain": words.plain,
+    "action_words": words.action_words,
+    "waiting_words": words.waiting_words,
+}
+templates.env.filters["markdown"] = lambda text: Markup(words.markdown(text))

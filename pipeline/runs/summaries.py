@@ -3,6 +3,7 @@ keeps of a compacted entry."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -33,3 +34,29 @@ def summarize(key: str, payload: dict[str, Any]) -> str:
         status = "error" if payload.get("is_error") else "ok"
         return f"{payload.get('name')} -> {status}: {str(payload.get('content'))[:70]!r}"
     return str(payload.get("text", ""))[:90]
+
+
+def describe(key: str, payload: dict[str, Any]) -> str:
+    """All of a journal entry a person can read, newlines kept: what the model wrote and the
+    arguments it asked with, or the tool's whole result (the timeline's expanded entry)."""
+    if payload.get("compacted"):
+        return str(payload.get("summary", ""))
+    kind = entry_kind(key)
+    if kind in (EntryKind.MODEL, EntryKind.CUT):
+        parts = []
+        for block in payload.get("content", []):
+            if block["type"] == "text" and block.get("text"):
+                parts.append(block["text"])
+            elif block["type"] == "tool_use":
+                arguments = json.dumps(block["input"], indent=2, ensure_ascii=False)
+                parts.append(f"asks {block['name']} with\n{arguments}")
+        return "\n\n".join(parts)
+    if kind is EntryKind.TOOL:
+        content = payload.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, indent=2)
+        with contextlib.suppress(ValueError):  # a JSON result reads better indented
+            text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        return ("error: " if payload.get("is_error") else "") + text
+    if kind is EntryKind.TIMER:
+        return f"waits (no process) until {payload.get('wake_at')}"
+    return str(payload.get("text", ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from models import Action, ActionState
 from pipeline.db import read_only
@@ -16,6 +16,19 @@ ACTION_FIELDS = (
     "result", "error", "requires_approval", "approvers", "decision", "decided_by", "decided_at",
     "note", "first_attempt_at", "last_attempt_at", "created_at", "updated_at",
 )  # fmt: skip
+
+
+ATTENTION = (ActionState.PENDING_APPROVAL, ActionState.OUTCOME_UNKNOWN)
+"""The states in which an action waits for a person."""
+
+
+def count_actions(states: tuple[ActionState, ...]) -> int:
+    """Actions in these states (an index scan on state)."""
+    with read_only() as session:
+        counted = session.scalar(
+            select(func.count()).select_from(Action).where(Action.state.in_(states))
+        )
+    return int(counted or 0)
 
 
 def show_action(key: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from models import RunStatus
 from pipeline.db import transaction
 from pipeline.errors import InvalidInput, RunNotFound
 from pipeline.keys import EntryKind, entry_kind
-from pipeline.runs.summaries import summarize
+from pipeline.runs.summaries import describe, summarize
 from pipeline.views.batches import UnknownBatch
 
 Position = tuple[int, int]
@@ -201,6 +201,7 @@ def _event(row: Any) -> FeedEvent:
     kind: str = row.kind
     if kind == "journal":
         data["summary"] = summarize(row.journal_key, row.journal_payload)
+        data["text"] = describe(row.journal_key, row.journal_payload)
         if (row.journal_payload or {}).get("is_error"):
             data["is_error"] = True
     elif kind == "status" and row.result is not None:

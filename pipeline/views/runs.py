@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from models import Action, JournalEntry, Run
+from models import Action, Artifact, JournalEntry, Run
 from pipeline.db import read_only
 from pipeline.errors import NightshiftError, RunNotFound
-from pipeline.runs.summaries import summarize
+from pipeline.runs.summaries import describe, summarize
 
 RUN_FIELDS = (
     "id", "agent", "status", "step", "max_steps", "tool_calls", "input_tokens", "output_tokens",
@@ -91,7 +91,9 @@ def list_runs(
         return [run_dict(run) for run in session.scalars(query)]
 
 
-def show_run(run_id: uuid.UUID) -> dict[str, Any]:
+def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
+    """A run, its timeline and actions; `full` adds each entry's whole text and the run's
+    artifacts (the status page's expanded view)."""
     with read_only() as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -102,7 +104,7 @@ def show_run(run_id: uuid.UUID) -> dict[str, Any]:
         actions = session.scalars(
             select(Action).where(Action.run_id == run_id).order_by(Action.created_at)
         ).all()
-        return {
+        shown = {
             "run": {**run_dict(run), "input": run.input, "result": run.result, "state": run.state},
             "journal": [
                 {
@@ -111,6 +113,7 @@ def show_run(run_id: uuid.UUID) -> dict[str, Any]:
                     "step_name": e.step_name,
                     "created_at": e.created_at.isoformat(),
                     "summary": summarize(e.key, e.payload),
+                    **({"text": describe(e.key, e.payload)} if full else {}),
                 }
                 for e in entries
             ],
@@ -126,3 +129,12 @@ def show_run(run_id: uuid.UUID) -> dict[str, Any]:
                 for a in actions
             ],
         }
+        if full:
+            shown["artifacts"] = [
+                {"id": a.id, "name": a.name, "media_type": a.media_type, "size": a.size,
+                 "deleted": a.deleted_at is not None}
+                for a in session.scalars(
+                    select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
+                )
+            ]  # fmt: skip
+        return shown

@@ -16,14 +16,16 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 
-from models import ActionState, Batch, JournalEntry, Run, RunStatus
+from models import Action, ActionState, Batch, JournalEntry, Run, RunStatus
 from pipeline.api.tokens import revoke_token
 from pipeline.db import transaction
+from pipeline.engine import artifacts
 from pipeline.runs.start import start_run
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
 from tests.integration.api_fixtures import (
+    BUG,
     PR_KEY,
     TOKEN,
     action_row,
@@ -123,8 +125,12 @@ def test_the_page_decides_once_as_the_signed_in_person(page_client: TestClient) 
     first = page_client.post(ACTION_PAGE, data=form, follow_redirects=False)
     again = page_client.post(ACTION_PAGE, data=form, follow_redirects=False)
 
-    # then it is decided once, in their name, and the run is woken
-    assert (first.status_code, first.headers["location"]) == (303, ACTION_PAGE)
+    # then it is decided once, in their name, the page confirms it, and the run is woken
+    assert (first.status_code, first.headers["location"]) == (303, f"{ACTION_PAGE}?decided=approve")
+    assert (
+        "You approved it. The run goes on and sends it now"
+        in page_client.get(first.headers["location"]).text
+    )
     assert again.headers["location"] == f"{ACTION_PAGE}?repeated=1"
     action = action_row()
     assert (action.state, action.decided_by, action.note) == (
@@ -160,11 +166,90 @@ def test_runs_batches_and_a_timeline_are_shown(page_client: TestClient) -> None:
     timeline = page_client.get(f"/ui/runs/{run_id}").text
     assert "asks draft_fix" in timeline and "model [9/0 tok]" in timeline
     assert "&lt;b&gt;diff&lt;/b&gt;" in timeline  # escaped, never markup
-    assert "pending_approval" in timeline and 'value="reject"' in timeline
+    assert "waiting for a decision" in timeline and 'value="reject"' in timeline
+    assert "fence" not in timeline
     batch = page_client.get("/ui/batches/nightly:2026-11-29").text
     assert "0/1" in batch and str(run_id)[:8] in batch
     missing = page_client.get(f"/ui/runs/{uuid.uuid4()}")
     assert missing.status_code == 404 and "no run has id" in missing.text
+
+
+def test_an_artifact_is_shown_rendered_and_escaped_and_a_long_input_collapsed(
+    page_client: TestClient,
+) -> None:
+    # given a run with a long input, a two-line tool result and a markdown artifact a model wrote
+    run_id = park_on_approval()
+    long_input = {**BUG, "children": [{"competitor": f"c{n:02d}"} for n in range(30)]}
+    document = (
+        "# Report\n\nAll **fine**. <script>alert(1)</script>\n\n[click](javascript:alert(1))\n"
+    )
+    with transaction() as session:
+        ref = artifacts.write_file(get_settings().artifact_dir, run_id, "report", document)
+        artifacts.record_txn(session, run_id, ref, "text/markdown")
+        session.execute(update(Run).where(Run.id == run_id).values(input=long_input))
+        result = {"tool_use_id": "t1", "name": "draft_fix", "content": "line one\nline two"}
+        session.add(JournalEntry(run_id=run_id, key="tool:t1", step=0, step_name="draft_fix",
+                                 payload=result))  # fmt: skip
+    sign_in(page_client)
+
+    # then the timeline entry holds the whole text with its newline, the input is folded
+    timeline = page_client.get(f"/ui/runs/{run_id}").text
+    assert '<pre class="detail">line one\nline two</pre>' in timeline
+    assert '<details class="long" id="input">' in timeline
+    link = re.search(rf'href="(/ui/runs/{run_id}/artifacts/\d+)">report</a>', timeline)
+    assert link, "the artifact is a link"
+
+    # and the artifact renders as markdown with the model's HTML escaped and no script link
+    shown = page_client.get(link.group(1)).text
+    assert "<h1>Report</h1>" in shown and "<strong>fine</strong>" in shown
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in shown and "<script>alert" not in shown
+    assert 'href="javascript:' not in shown
+    assert page_client.get(f"/ui/runs/{run_id}/artifacts/999").status_code == 404
+
+
+UNKNOWN_KEY = "pr:acme/shop:patch/issue-8"
+
+
+def test_the_needs_attention_view_says_what_to_decide_and_takes_the_decision(
+    page_client: TestClient,
+) -> None:
+    # given a pending approval and a send whose outcome is unknown
+    park_on_approval()
+    unknown_run = park_on_approval(key=UNKNOWN_KEY, bug={**BUG, "issue": 8})
+    with transaction() as session:
+        session.execute(
+            update(Action)
+            .where(Action.idempotency_key == UNKNOWN_KEY)
+            .values(state=ActionState.OUTCOME_UNKNOWN, attempts=1)
+        )
+        session.execute(
+            update(Run)
+            .where(Run.id == unknown_run)
+            .values(
+                status=RunStatus.NEEDS_ATTENTION, waiting_on="action:pr:acme/shop:patch/issue-8"
+            )
+        )
+    csrf = sign_in(page_client)
+
+    # then the header counts both and the view asks for each decision in words
+    overview = page_client.get("/ui").text
+    assert re.search(r'needs attention <span class="badge">2</span>', overview)
+    view = page_client.get("/ui/attention").text
+    assert "Approve or reject" in view and "Did it happen?" in view
+    assert 'value="approve"' in view and 'value="did_not_happen"' in view
+    assert "patch/issue-7" in view and "Check the service" in view
+
+    # when the person says the unknown one did not happen
+    key = quote(UNKNOWN_KEY, safe="")
+    form = {"decision": "did_not_happen", "csrf": csrf}
+    answered = page_client.post(f"/ui/actions/{key}", data=form, follow_redirects=False)
+
+    # then the page confirms it, and only the approval is left to decide
+    assert answered.headers["location"] == f"/ui/actions/{key}?decided=did_not_happen"
+    confirmed = page_client.get(answered.headers["location"]).text
+    assert "Recorded: it did not happen. The run sends it again now, once." in confirmed
+    assert "did not happen, sending again" in confirmed
+    assert re.search(r'needs attention <span class="badge">1</span>', page_client.get("/ui").text)
 
 
 # -- in a real browser ----------------------------------------------------------------------
@@ -236,17 +321,38 @@ def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
             assert "set_price" in row.inner_text() and "52.0" in row.inner_text()
             row.locator("input[name=note]").fill("matches the market")
             row.locator("button[value=approve]").click()
-            page.wait_for_url(f"{base}{action_page}")
+            # then the page confirms the decision in words, in their name
+            page.wait_for_url(f"{base}{action_page}?decided=approve")
+            confirmation = page.locator("#confirmation").inner_text()
+            assert confirmation == "You approved it. The run goes on and sends it now, once."
             decided = page.locator("#decision").inner_text()
             assert "approve by pricing.manager@example.com" in decided
 
-            # then the run finishes and shows the change as confirmed
+            # and the run finishes and shows the change as done
             wait_for_status(run_id, {RunStatus.SUCCEEDED.value}, timeout=60)
-            page.reload()
-            assert page.locator("#state").inner_text() == "confirmed"
+            page.goto(f"{base}{action_page}")
+            assert page.locator("#state").inner_text() == "done"
             # and nothing waits for approval any more
             page.goto(f"{base}/ui")
             assert page.locator("tr.approval").count() == 0
+
+            # when they open the run and expand the step that proposed the change
+            page.goto(f"{base}/ui/runs/{str(run_id)[:8]}")
+            entry = page.locator("li.entry", has_text="asks set_price").first
+            detail = entry.locator("pre.detail")
+            assert not detail.is_visible()
+            entry.locator("summary").click()
+            # then its whole text shows, over several lines
+            assert detail.is_visible()
+            shown = detail.inner_text()
+            assert '"sku": "sku-2"' in shown and "\n" in shown and "\\n" not in shown
+
+            # when they open the summary artifact
+            page.locator("ul.artifacts a", has_text="summary").click()
+            # then it is rendered from markdown, not shown as a path in raw JSON
+            heading = page.locator("#artifact h1").inner_text()
+            assert heading.startswith("Competitor prices, batch")
+            assert "sku-2" in page.locator("#artifact").inner_text()
         finally:
             browser.close()
 

@@ -43,7 +43,7 @@
     if (JOURNAL.indexOf(event.type) >= 0) addEntry(event);
     else if (event.type === "step_started") {
       text("run-step", event.step);
-      text("run-attempts", event.attempt + " (fence " + event.fence + ")");
+      text("run-attempts", event.attempt);
       showStatus(document.getElementById("run-status"), "running");
     } else if (event.type === "action_changed") showAction(event);
     else if (["waiting", "resumed", "finished"].indexOf(event.type) >= 0) {
@@ -61,10 +61,13 @@
     var kind = event.key.split(":")[0];
     var entry = element("li", "entry entry-" + kind);
     entry.dataset.key = event.key;
-    entry.appendChild(element("time", "", event.at.slice(11, 19)));
-    entry.appendChild(element("span", "kind", kind));
-    entry.appendChild(element("code", "key", event.key));
-    entry.appendChild(element("span", "summary", event.summary || ""));
+    var details = entry.appendChild(element("details"));
+    var summary = details.appendChild(element("summary"));
+    summary.appendChild(element("time", "", event.at.slice(11, 19)));
+    summary.appendChild(element("span", "kind", kind));
+    summary.appendChild(element("code", "key", event.key));
+    summary.appendChild(element("span", "summary", event.summary || ""));
+    details.appendChild(element("pre", "detail", event.text || event.summary || ""));
     step.querySelector("ol").appendChild(entry);
     document.getElementById("no-timeline").hidden = true;
   }
@@ -97,7 +100,7 @@
     }
     var state = row.querySelector(".state");
     state.textContent = "";
-    state.appendChild(pill(event.state));
+    state.appendChild(pill(event.state, actionWords(event.state, event.decision)));
     row.querySelector(".attempts").textContent = event.attempts;
     row.querySelector(".resolution").textContent = event.resolution || "";
     row.querySelector(".decision").textContent = event.decision || "";
@@ -118,7 +121,9 @@
       error.textContent = event.error;
       error.hidden = error.previousElementSibling.hidden = false;
     }
+    if (event.result && event.result.text) text("result-text", event.result.text);
     if (event.result) {
+      document.getElementById("result-text").hidden = !event.result.text;
       var result = document.getElementById("run-result");
       result.textContent = JSON.stringify(event.result, null, 2);
       result.hidden = document.getElementById("result-heading").hidden = false;
@@ -181,14 +186,37 @@
     place.textContent = "";
     place.appendChild(pill(status));
     if (waitingOn && TERMINAL.indexOf(status) < 0 && status !== "running") {
-      place.appendChild(document.createTextNode(" on "));
-      place.appendChild(element("code", "", waitingOn));
+      place.appendChild(document.createTextNode(" " + waitingWords(waitingOn)));
     }
     if (reason) place.appendChild(document.createTextNode(" (" + reason + ")"));
   }
 
-  function pill(status) {
-    return element("span", "status status-" + status, status);
+  // The same plain words as pipeline/api/words.py.
+  var WORDS = {needs_attention: "needs a person", pending_approval: "waiting for a decision",
+               intended: "about to be sent", attempted: "sending",
+               outcome_unknown: "unknown whether it happened", confirmed: "done",
+               synthesizing: "writing the summary"};
+
+  function pill(status, said) {
+    var shown = element("span", "status status-" + status, said || WORDS[status] || status);
+    shown.title = status;
+    return shown;
+  }
+
+  function actionWords(state, decision) {
+    if (state === "intended" && decision === "approve") return "approved, sending";
+    if (state === "intended" && decision === "did_not_happen") return "did not happen, sending again";
+    if (state === "confirmed" && decision === "happened") return "done (a person said it happened)";
+    return WORDS[state] || state;
+  }
+
+  function waitingWords(waitingOn) {
+    var kind = waitingOn.split(":")[0], ref = waitingOn.slice(kind.length + 1);
+    if (kind === "approval") return "for a decision on " + ref;
+    if (kind === "action") return "for a person to say whether " + ref + " happened";
+    if (kind === "timer") return "for its timer";
+    if (kind === "retry") return "to try " + ref + " again (the service kept failing)";
+    return "on " + waitingOn;
   }
 
   function element(tag, className, content) {

@@ -1,0 +1,75 @@
+"""The status page in a pricing manager's words: states said plainly, waits explained, and
+markdown artifacts rendered safely (every character of a model's text escaped, no raw HTML,
+no script links)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from pipeline.keys import Wait, WaitKind
+
+# CommonMark with raw HTML off: a model's "<script>" is shown as text. markdown-it also
+# refuses javascript:, vbscript: and data: links (its validateLink).
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+RUN_WORDS = {
+    "running": "running",
+    "waiting": "waiting",
+    "needs_attention": "needs a person",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+
+ACTION_WORDS = {
+    "pending_approval": "waiting for a decision",
+    "intended": "about to be sent",
+    "attempted": "sending",
+    "outcome_unknown": "unknown whether it happened",
+    "confirmed": "done",
+    "failed": "failed",
+    "rejected": "rejected",
+}
+
+
+BATCH_WORDS = {"synthesizing": "writing the summary", "stopped": "stopped"}
+
+
+def plain(state: str) -> str:
+    """A run's, batch's or action's state in words (actions: see `action_words`)."""
+    return RUN_WORDS.get(state) or ACTION_WORDS.get(state) or BATCH_WORDS.get(state) or state
+
+
+def action_words(action: dict[str, Any]) -> str:
+    """An action's state as its approver reads it: approved and on its way is not "intended"."""
+    state, decision = action.get("state", ""), action.get("decision")
+    if state == "intended" and decision == "approve":
+        return "approved, sending"
+    if state == "intended" and decision == "did_not_happen":
+        return "did not happen, sending again"
+    if state == "confirmed" and decision == "happened":
+        return "done (a person said it happened)"
+    return ACTION_WORDS.get(state, state)
+
+
+def waiting_words(waiting_on: str | None) -> str:
+    """What a waiting run waits for, in words."""
+    if not waiting_on:
+        return ""
+    try:
+        wait = Wait.parse(waiting_on)
+    except ValueError:
+        return f"on {waiting_on}"
+    return {
+        WaitKind.APPROVAL: f"for a decision on {wait.ref}",
+        WaitKind.ACTION: f"for a person to say whether {wait.ref} happened",
+        WaitKind.TIMER: "for its timer",
+        WaitKind.RETRY: f"to try {wait.ref} again (the service kept failing)",
+    }[wait.kind]
+
+
+def markdown(text: str) -> str:
+    """Safe HTML for a markdown document: escaped text, no raw HTML passes through."""
+    return _MARKDOWN.render(text)
