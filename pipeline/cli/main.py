@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +23,7 @@ from pipeline.migrate import current, upgrade
 from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
-from pipeline.settings import get_settings
+from pipeline.settings import get_settings, redact_url
 from pipeline.views.liveness import QueueLiveness, queue_liveness, stall
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
@@ -62,7 +63,11 @@ def cmd_services(args: argparse.Namespace) -> int:
         if not stopped:
             print("nothing was running")
         return 0
-    infos = embedded.status(settings.data_dir)
+    # Shown without the passwords: they stay in their files (DATA_DIR/secrets/, mode 0600).
+    infos = [
+        replace(i, url=redact_url(i.url) if i.url else None)
+        for i in embedded.status(settings.data_dir)
+    ]
     if args.json:
         print_json([info.__dict__ for info in infos])
         return 0
@@ -70,7 +75,7 @@ def cmd_services(args: argparse.Namespace) -> int:
         (i.name, "running" if i.running else "stopped", i.pid, i.url or "", i.data_path)
         for i in infos
     ]
-    print(f"data directory: {settings.data_dir}")
+    print(f"data directory: {settings.data_dir} (passwords in {settings.data_dir / 'secrets'})")
     print(table(rows, ["service", "state", "pid", "url", "data"]))
     return 0
 

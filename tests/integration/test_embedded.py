@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 import psutil
 import psycopg
 import pytest
-from redis import Redis
+from redis import Redis, RedisError
 
 from pipeline import embedded
 from pipeline.errors import ServiceError
@@ -72,9 +73,9 @@ def test_start_reuse_stop(data_dir: Path) -> None:
     urls = embedded.ensure_running(data_dir)
 
     # then both are real servers that answer
-    assert urls["postgres"].startswith("postgresql+psycopg://postgres@127.0.0.1:")
-    assert urls["postgres"].endswith("/nightshift")
-    assert urls["redis"].startswith("redis://127.0.0.1:")
+    assert urls["postgres"].startswith("postgresql+psycopg://postgres:")
+    assert urls["postgres"].endswith("/nightshift") and "@127.0.0.1:" in urls["postgres"]
+    assert urls["redis"].startswith("redis://:") and "@127.0.0.1:" in urls["redis"]
     assert select_one(urls["postgres"]) == 1
     assert ping(urls["redis"])
     started = pids(data_dir)
@@ -122,6 +123,68 @@ def test_restart_keeps_data_and_moves_off_a_taken_port(data_dir: Path) -> None:
         assert conn.execute("select x from kept").fetchall() == [(42,)]
     stored = json.loads((data_dir / "services.json").read_text())
     assert stored["redis"]["port"] == port(again["redis"])
+
+
+def without_password(url: str) -> str:
+    parts = urlsplit(url.replace("+psycopg", ""))
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}@{parts.hostname}:{parts.port}").geturl()
+
+
+def test_each_service_requires_its_random_password_kept_in_a_private_file(
+    data_dir: Path,
+) -> None:
+    # given the embedded services of a fresh data dir
+    urls = embedded.ensure_running(data_dir)
+
+    # then a login without the password is refused by both
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(without_password(urls["postgres"]), connect_timeout=5).close()
+    with pytest.raises(RedisError, match=r"NOAUTH|Authentication|authenticated"):
+        ping(without_password(urls["redis"]))
+    # and the passwords are random, each in a 0600 file in a 0700 folder
+    secrets = data_dir / "secrets"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
+    for name in ("postgres", "redis"):
+        path = secrets / f"{name}.password"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert len(path.read_text().strip()) >= 40 and path.read_text().strip() in urls[name]
+    assert stat.S_IMODE((data_dir / "redis" / "redis.conf").stat().st_mode) == 0o600
+    assert "scram-sha-256" in (data_dir / "postgres" / "pg_hba.conf").read_text()
+    # and no process shows the password on its command line
+    for info in embedded.status(data_dir):
+        password = (secrets / f"{info.name}.password").read_text().strip()
+        assert info.pid is not None
+        assert password not in " ".join(psutil.Process(info.pid).cmdline())
+
+
+def test_a_data_dir_from_before_passwords_gets_them_at_its_next_start(data_dir: Path) -> None:
+    # given a data dir that trusted every local login (initdb --auth=trust, no password files)
+    embedded.ensure_running(data_dir)
+    embedded.stop(data_dir)
+    hba = data_dir / "postgres" / "pg_hba.conf"
+    hba.write_text("host all all 127.0.0.1/32 trust\n")
+    (data_dir / "secrets" / "postgres.password").unlink()
+
+    # when it starts again
+    urls = embedded.ensure_running(data_dir)
+
+    # then the server requires the new password, and the data's owner logs in with it
+    assert select_one(urls["postgres"]) == 1
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(without_password(urls["postgres"]), connect_timeout=5).close()
+
+
+def test_the_services_also_listen_where_they_are_told_and_let_those_clients_in(
+    data_dir: Path,
+) -> None:
+    # when the services start with another address to listen on (here one on loopback)
+    urls = embedded.ensure_running(data_dir, listen=["127.0.0.2"], clients=["127.0.0.0/8"])
+
+    # then both answer there, with their passwords
+    elsewhere = {name: url.replace("@127.0.0.1:", "@127.0.0.2:") for name, url in urls.items()}
+    assert select_one(elsewhere["postgres"]) == 1
+    assert ping(elsewhere["redis"])
 
 
 def test_only_the_services_asked_for_start(data_dir: Path) -> None:

