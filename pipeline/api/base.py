@@ -8,13 +8,15 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -212,12 +214,39 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error(exc.status_code, str(exc.detail), exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:  # every route of the path, not only the first that matched
+            headers = {**(headers or {}), "Allow": ", ".join(_methods_of(request))}
+        return error(exc.status_code, str(exc.detail), headers)
+
+    @app.exception_handler(DataError)
+    async def unstorable(request: Request, exc: DataError) -> JSONResponse:
+        # PostgreSQL text and jsonb cannot hold U+0000: a value with one is refused, not stored.
+        if "NUL" in str(exc.orig):
+            return error(422, "a value holds a NUL (U+0000) character, which cannot be stored")
+        log.error("%s %s failed: %s", request.method, request.url.path, exc.orig)
+        return error(500, "internal error; the server log has the details")
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
         return error(500, "internal error; the server log has the details")
+
+
+def _methods_of(request: Request) -> list[str]:
+    path = request.url.path
+    methods = {m for route in _routes(request.app.routes) if route.path_regex.match(path)
+               for m in route.methods or ()}  # fmt: skip
+    return sorted(methods)
+
+
+def _routes(routes: Iterable[Any]) -> Iterator[APIRoute]:
+    """Every route, also those of included routers (FastAPI nests them)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif hasattr(route, "original_router"):
+            yield from _routes(route.original_router.routes)
 
 
 class BodyLimit:

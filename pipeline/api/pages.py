@@ -70,6 +70,11 @@ def _config(request: Request) -> ApiConfig:
     return config
 
 
+def signed_in(request: Request) -> bool:
+    """Whether the browser holds a live status-page session (the docs pages ask)."""
+    return _session(request) is not None
+
+
 def _session(request: Request) -> WebSession | None:
     """The signed-in session, while what signed it in still holds: the token is not revoked,
     or the proxy still sends the same identity. (Sync: it may ask the database.)"""

@@ -167,7 +167,7 @@ Wait = Annotated[float | None, Query(ge=0, le=listen.MAX_WAIT, description=WAIT_
     "/runs",
     status_code=201,
     response_model=Started,
-    response_model_exclude_none=True,  # no `outcome` unless the caller waited
+    response_model_exclude_unset=True,  # no `outcome` unless the caller waited
     tags=["runs"],
     responses={
         200: {"model": Started, "description": "The key's existing run."},
@@ -195,6 +195,8 @@ async def start(
     if wait is not None:
         settled = await listen.wait_settled(started.run_id, wait)
         outcome = RunOutcome.model_validate(settled.as_json())
+    if outcome is None:
+        return Started(run_id=started.run_id, created=started.created)
     return Started(run_id=started.run_id, created=started.created, outcome=outcome)
 
 

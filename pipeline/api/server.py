@@ -11,7 +11,7 @@ import logging
 
 from fastapi import FastAPI
 
-from pipeline.api import pages, routes
+from pipeline.api import pages, routes, spec
 from pipeline.api.base import ApiConfig, BodyLimit, SecurityHeaders, install_error_handlers
 from pipeline.runs.start import code_version
 
@@ -24,11 +24,14 @@ def create_app(config: ApiConfig) -> FastAPI:
         version=_version(),
         summary="Durable AI-agent runs: start and watch runs, decide approvals, take events.",
         redoc_url=None,
+        docs_url=None,  # spec.install serves both, behind sign-in, with local assets
+        openapi_url=None,
     )
     app.state.config = config
     install_error_handlers(app)
     app.include_router(routes.router)
     pages.install(app, config)
+    spec.install(app)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     app.add_middleware(SecurityHeaders)
     if config.insecure_no_auth:

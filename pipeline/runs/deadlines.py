@@ -31,7 +31,7 @@ def parse_deadline(value: object, what: str = "deadline") -> Deadline | None:
     if isinstance(value, timedelta):
         return _relative(value, what)
     if isinstance(value, int | float):
-        return _relative(timedelta(seconds=value), what)
+        return _relative(_seconds(value, what), what)
     if isinstance(value, datetime):
         return _absolute(value, what)
     if isinstance(value, str):
@@ -39,13 +39,22 @@ def parse_deadline(value: object, what: str = "deadline") -> Deadline | None:
         duration = _DURATION.fullmatch(text.lower())
         if duration:
             amount, unit = duration.groups()
-            return _relative(timedelta(seconds=float(amount) * _UNITS[unit]), what)
+            return _relative(_seconds(float(amount) * _UNITS[unit], what), what)
         try:
             instant = datetime.fromisoformat(text)
         except ValueError:
             raise InvalidInput(f"{what} must be {_FORMS} (got {value[:40]!r})") from None
         return _absolute(instant, what)
     raise InvalidInput(f"{what} must be {_FORMS} (got {type(value).__name__})")
+
+
+def _seconds(amount: float, what: str) -> timedelta:
+    """A number of seconds as a timedelta, refusing what timedelta cannot hold (1e300)."""
+    if amount != amount or amount > MAX_DEADLINE.total_seconds():  # NaN, or too far
+        raise InvalidInput(f"{what} is more than {MAX_DEADLINE.days} days away")
+    if amount <= 0:
+        raise InvalidInput(f"{what} must be in the future (got {amount:g} s)")
+    return timedelta(seconds=amount)
 
 
 def _relative(after: timedelta, what: str) -> timedelta:

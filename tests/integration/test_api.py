@@ -319,7 +319,7 @@ def test_health_answers_in_seconds_when_the_database_does_not_answer(
 
 
 def test_the_openapi_document_describes_the_api(api: TestClient) -> None:
-    document = api.get("/openapi.json").json()
+    document = api.get("/openapi.json", headers=AUTH).json()
     assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/cancel", "/batches/{batch_id}",
             "/approvals/{action_key}", "/events/{source}", "/metrics", "/healthz"} <= set(
         document["paths"]
@@ -333,6 +333,34 @@ def test_the_openapi_document_describes_the_api(api: TestClient) -> None:
     assert (
         "decision" in approval["requestBody"]["content"]["application/json"]["schema"]["properties"]
     )
+    # every error a route answers is documented, with the error body
+    start = document["paths"]["/runs"]["post"]["responses"]
+    assert {"200", "201", "400", "401", "409", "413", "422"} <= set(start)
+    error = {"$ref": "#/components/schemas/ErrorBody"}
+    assert start["401"]["content"]["application/json"]["schema"] == error
+    assert {"401", "404", "409", "422"} <= set(
+        document["paths"]["/runs/{run_id}"]["get"]["responses"]
+    )
+    assert "503" in document["paths"]["/healthz"]["get"]["responses"]
+    assert {"401", "403", "404", "409", "503"} <= set(approval["responses"])
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    # and the agent is one of the registered ones
+    agent = document["components"]["schemas"]["StartRun"]["properties"]["agent"]
+    assert {"nightly_report", "patch", "price_synthesis"} <= set(agent["enum"])
+
+
+def test_the_docs_are_behind_sign_in_and_load_nothing_from_elsewhere(api: TestClient) -> None:
+    # without a credential: the document is refused and the page sends people to sign in
+    assert api.get("/openapi.json").status_code == 401
+    assert api.get("/docs", follow_redirects=False).headers["location"] == "/ui/login"
+    # with one, Swagger UI comes from this server
+    page = api.get("/docs", headers=AUTH)
+    assert page.status_code == 200 and "/docs/static/swagger-ui-bundle.js" in page.text
+    assert "cdn" not in page.text.lower() and "https://" not in page.text
+    assert api.get("/docs/static/swagger-ui-bundle.js").status_code == 200
+    # and a method a path does not take is a 405 that names every method it does
+    refused = api.patch("/runs", headers=AUTH)
+    assert (refused.status_code, refused.headers["allow"]) == (405, "GET, POST")
 
 
 def test_a_chunked_body_over_the_limit_is_refused_by_its_size(db_url: str) -> None:
