@@ -1,27 +1,85 @@
 """nightshift: durable AI-agent runs on Celery.
 
-The authoring API, everything an agent's package needs (docs/agents.md). Everything else in
-`pipeline` is the runtime's own and may move. `celery -A pipeline worker` finds the Celery
-app here too.
+The authoring API: everything an agent's package needs, and all it should import (the tutorial
+is docs/agents.md). Everything else in `pipeline` is the runtime's own and may move.
+
+Defining an agent
+    Agent          an agent: system prompt, instructions, tools, input schema, limits, and
+                   optionally a script, a schedule job and event sources
+    tool           makes a function a tool: `@tool(description=..., schema=...)` with
+                   `fn(args, context)`, or a typed function (pydantic model or annotated
+                   arguments) whose schema is derived and enforced
+    SideEffect     declares that a tool acts on a service: idempotency key, whether the
+                   service honours keys and for how long, lookup, key namespace
+    ToolContext    what a tool gets besides its arguments: run id, agent, run input, the
+                   action's idempotency key, `config("acme.url")` for its own settings
+    ArtifactRequest  a tool result kept as a file (a report) instead of inline
+    check_back_in  the timer tool: the run waits (no process) and continues later
+    once           `once(key, fn)`: run fn at most once per key in a run; replays return
+                   the stored result
+
+Errors a tool raises
+    PermanentError     retrying cannot help; the model sees the error
+    TemporaryError     worth retrying (timeouts, 429, 5xx); retried with backoff
+    LookupUnsupported  a side effect's lookup cannot tell what happened
+    NotConfigured      a setting the run cannot work without is not set where the worker
+                       runs: the run stops at once (reason `config`); see `tool(needs=...)`
+
+Scripts (the offline stand-in for the model, for tests and the demo)
+    Conversation   what a script sees: the run's input and the messages so far
+    text           a text block, as a script answers with
+    tool_use       a tool call with a deterministic id, as a script answers with
+
+Schedules and events (an agent's `job` and `event_sources`)
+    Slot           the schedule's slot a job is asked about
+    RunPlan        a job's answer: one run with this input
+    BatchPlan      a job's answer: one child run per input, then one synthesis run
+    EventSource    another service's events (`POST /events/{name}`) that start runs
+
+`celery -A pipeline worker` finds the Celery app here too.
 """
 
 from typing import Any
 
-from pipeline.agent import Agent
+from pipeline.agent import (
+    Agent,
+    BatchPlan,
+    Conversation,
+    EventSource,
+    RunPlan,
+    Slot,
+    text,
+    tool_use,
+)
 from pipeline.errors import LookupUnsupported, NotConfigured, PermanentError, TemporaryError
-from pipeline.tools import ArtifactRequest, SideEffect, ToolContext, check_back_in, tool
+from pipeline.tools import (
+    ArtifactRequest,
+    SideEffect,
+    ToolContext,
+    check_back_in,
+    once,
+    tool,
+)
 
 __all__ = [
     "Agent",
     "ArtifactRequest",
+    "BatchPlan",
+    "Conversation",
+    "EventSource",
     "LookupUnsupported",
     "NotConfigured",
     "PermanentError",
+    "RunPlan",
     "SideEffect",
+    "Slot",
     "TemporaryError",
     "ToolContext",
     "check_back_in",
+    "once",
+    "text",
     "tool",
+    "tool_use",
 ]
 
 

@@ -1,5 +1,6 @@
-"""What an agent is: a system prompt, tools, an input schema, limits and a scripted model;
-and what its schedule job and event sources hand the runtime (plans, never database writes)."""
+"""What an agent is: a system prompt, tools, an input schema, limits and (optionally) a script
+standing in for the model; and what its schedule job and event sources hand the runtime (plans,
+never database writes). Mistakes in a definition are DefinitionErrors naming the agent."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from pipeline.errors import DefinitionError
 from pipeline.tools import Tool
+
+AGENT_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 Message = dict[str, Any]
 Block = dict[str, Any]
@@ -130,13 +134,19 @@ def default_job(slot: Slot) -> RunPlan:
 
 @dataclass(frozen=True)
 class Agent:
+    """An agent: register it by entry point (`nightshift.agents`) or NIGHTSHIFT_AGENTS."""
+
     name: str
     system: str
     instructions: str
+    """The first user message, followed by the run's input as JSON."""
     tools: tuple[Tool, ...]
     input_schema: dict[str, Any]
-    script: Script
-    """The deterministic stand-in for the model: what it would answer to this conversation."""
+    """JSON Schema of the run's input; a run with other input is refused when it is started."""
+    script: Script | None = None
+    """The deterministic stand-in for the model (what it would answer to this conversation),
+    used when ANTHROPIC_API_KEY is not set. Without one the agent runs only on the real model,
+    and starting it with no ANTHROPIC_API_KEY is refused."""
     max_steps: int = 20
     max_tokens: int = 1024
     """Per model call (the Messages API's max_tokens); a reply cut off there is asked again
@@ -157,10 +167,46 @@ class Agent:
     event_sources: tuple[EventSource, ...] = ()
 
     def __post_init__(self) -> None:
-        names = [t.name for t in self.tools]
+        if not isinstance(self.name, str) or not AGENT_NAME.match(self.name):
+            raise DefinitionError(
+                f"agent name {self.name!r} must match {AGENT_NAME.pattern} (it names the "
+                "agent's runs, schedules and idempotency keys)"
+            )
+        object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "event_sources", tuple(self.event_sources))
+        problems = self._problems()
+        if problems:
+            raise DefinitionError(f"agent {self.name!r}: " + "; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        found = []
+        for field_name in ("system", "instructions"):
+            value = getattr(self, field_name)
+            if not isinstance(value, str) or not value.strip():
+                found.append(f"{field_name} must be a non-empty string")
+        for index, item in enumerate(self.tools):
+            if not isinstance(item, Tool):
+                what = getattr(item, "__name__", type(item).__name__)
+                found.append(f"tools[{index}] ({what}) is not a tool: decorate it with @tool(...)")
+        names = [t.name for t in self.tools if isinstance(t, Tool)]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise DefinitionError(f"agent {self.name!r} lists two tools named {twice[0]!r}")
+            found.append(f"lists two tools named {twice[0]!r}")
+        found += _schema_problems(self.input_schema)
+        for field_name in ("script", "check_success"):
+            value = getattr(self, field_name)
+            if value is not None and not callable(value):
+                found.append(f"{field_name} must be a function of the Conversation")
+        if not callable(self.job):
+            found.append("job must be a function of the Slot returning a RunPlan or BatchPlan")
+        for field_name in ("max_steps", "max_tokens", "max_tool_calls", "max_run_tokens"):
+            value = getattr(self, field_name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                found.append(f"{field_name} must be a positive integer (got {value!r})")
+        for source in self.event_sources:
+            if not isinstance(source, EventSource):
+                found.append(f"event_sources holds a {type(source).__name__}, not an EventSource")
+        return found
 
     def unset_needs(self, is_set: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(variable, tool) for each variable a tool needs that `is_set` says is missing."""
@@ -190,6 +236,16 @@ class Agent:
         }
         digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
         return digest.hexdigest()[:16]
+
+
+def _schema_problems(schema: object) -> list[str]:
+    if not isinstance(schema, dict):
+        return ["input_schema must be a JSON Schema object (a dict)"]
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return [f"input_schema is not valid JSON Schema: {exc.message}"]
+    return []
 
 
 def input_from_messages(messages: list[Message]) -> dict[str, Any]:

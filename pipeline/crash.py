@@ -20,6 +20,7 @@ POINTS = frozenset(
         "after_model_journaled",
         "after_cut_off_journaled",
         "after_tool_journaled",
+        "after_once_committed",
         "before_checkpoint",
         "after_checkpoint_before_enqueue",
     }

@@ -30,6 +30,10 @@ class UnknownAction(NightshiftError):
     """No action has that idempotency key."""
 
 
+class NoModel(NightshiftError):
+    """The agent has no script and no model is configured (ANTHROPIC_API_KEY)."""
+
+
 class InvalidInput(NightshiftError):
     """The run's input does not match the agent's schema."""
 

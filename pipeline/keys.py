@@ -1,7 +1,9 @@
 """Every key and `waiting_on` format nightshift writes, built and parsed here and nowhere else.
 
 Journal keys: `model:<step>`, `cut:<step>:<attempt>` (a reply cut off at max_tokens, asked
-again), `tool:<tool_use_id>`, `note:<step>`, `timer:<tool_use_id>`.
+again), `tool:<tool_use_id>`, `note:<step>`, `timer:<tool_use_id>`, `once:<key>`.
+Action keys: `<namespace>:<key>` (the namespace is the agent's name unless the side effect
+names a shared one).
 Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
 what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
@@ -38,6 +40,7 @@ class EntryKind(StrEnum):
     TOOL = "tool"
     NOTE = "note"
     TIMER = "timer"
+    ONCE = "once"
 
 
 def entry_kind(key: str) -> EntryKind | None:
@@ -66,6 +69,18 @@ def note_key(step: int) -> str:
 
 def timer_key(tool_use_id: str) -> str:
     return f"timer:{tool_use_id}"
+
+
+def once_key(key: str) -> str:
+    return f"once:{check_key(key, 'the key of once()')}"
+
+
+# -- actions ---------------------------------------------------------------------------------
+
+
+def action_key(namespace: str, key: str) -> str:
+    """A side effect's idempotency key: what the action means, in its namespace."""
+    return f"{namespace}:{key}"
 
 
 # -- waits -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -15,9 +16,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
-from pipeline.errors import SettingsError
+from pipeline.errors import PermanentError, SettingsError
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
+CONFIG_PREFIX = "NIGHTSHIFT_CONFIG_"
+CONFIG_FILE_ENV = "NIGHTSHIFT_CONFIG_FILE"
+_SECRET = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIALS?)$")
+"""Settings named like this (`acme.token`, `acme.api_key`) are secrets: redacted wherever
+nightshift writes what a tool said (journal, actions, logs) and never shown."""
+REDACTED = "[redacted]"
 STEP_GIVE_UP_SECONDS = 10.0
 """Past its time limit and the lease, a step has given its run up (engine/time_limit.py)."""
 
@@ -256,6 +263,93 @@ def _approvers(env: Mapping[str, str]) -> tuple[tuple[str, tuple[str, ...]], ...
     return tuple(configured)
 
 
+def config_variable(name: str) -> str:
+    """The environment variable of a tool setting: `acme.url` -> NIGHTSHIFT_CONFIG_ACME_URL."""
+    return CONFIG_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+@dataclass(frozen=True, repr=False)
+class ServiceConfig:
+    """The settings of the services users' tools talk to (URLs, tokens), read once from
+    NIGHTSHIFT_CONFIG_* variables and the TOML file named by NIGHTSHIFT_CONFIG_FILE; a tool
+    reads them with `context.config("acme.url")`. The repr names settings, never values."""
+
+    values: tuple[tuple[str, str, str], ...] = ()
+    """(variable, value, where it came from); the environment's first."""
+
+    def has(self, name: str) -> bool:
+        """Whether `name` (`acme.url` or NIGHTSHIFT_CONFIG_ACME_URL) has a value."""
+        variable = name if name.startswith(CONFIG_PREFIX) else config_variable(name)
+        return any(var == variable and value for var, value, _ in self.values)
+
+    def get(self, name: str, default: str | None = None) -> str:
+        variable = config_variable(name)
+        found = next((value for var, value, _ in self.values if var == variable), None)
+        if found is not None:
+            return found
+        if default is not None:
+            return default
+        section, _, key = name.rpartition(".")
+        where = f"[{section}] {key}" if section else key
+        raise PermanentError(
+            f"setting {name!r} is not configured: set {variable} or {where} "
+            f"in the file named by {CONFIG_FILE_ENV}"
+        )
+
+    def names(self) -> list[str]:
+        """The configured settings, as variables, with where each comes from."""
+        return [f"{var} ({where})" for var, _, where in self.values]
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret setting's value replaced by [redacted]."""
+        for variable, value, _ in self.values:
+            if len(value) >= 4 and _SECRET.search(variable[len(CONFIG_PREFIX) :]):
+                text = text.replace(value, REDACTED)
+        return text
+
+    def __repr__(self) -> str:
+        return f"ServiceConfig({', '.join(var for var, _, _ in self.values)})"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ServiceConfig:
+        values = [
+            (var, value, "environment")
+            for var, value in sorted(env.items())
+            if var.startswith(CONFIG_PREFIX) and var != CONFIG_FILE_ENV
+        ]
+        path = env.get(CONFIG_FILE_ENV)
+        if path:
+            known = {var for var, _, _ in values}
+            values += [(v, value, path) for v, value in _config_file(path) if v not in known]
+        return cls(tuple(values))
+
+
+def _config_file(path: str) -> list[tuple[str, str]]:
+    try:
+        data = tomllib.loads(Path(path).expanduser().read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"{CONFIG_FILE_ENV}={path} cannot be read: {exc}") from None
+
+    def flatten(table: Mapping[str, object], prefix: str) -> list[tuple[str, str]]:
+        found = []
+        for key, value in table.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                found += flatten(value, f"{name}.")
+            elif isinstance(value, str | int | float | bool):
+                found.append(
+                    (
+                        config_variable(name),
+                        str(value).lower() if isinstance(value, bool) else str(value),
+                    )
+                )
+            else:
+                raise SettingsError(f"{CONFIG_FILE_ENV}={path}: {name} must be a string or number")
+        return found
+
+    return flatten(data, "")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable. URLs are None when the embedded default should be used."""
@@ -323,6 +417,9 @@ class Settings:
         """Who may approve `tool`'s actions: the configured list, else the tool's own."""
         return dict(self.approvers).get(approvers_variable(tool), declared)
 
+    config: ServiceConfig = ServiceConfig()
+    """Users' tools' own settings: `context.config("acme.url")`."""
+
     def is_set(self, variable: str) -> bool:
         """Whether an environment variable a tool needs (`Tool.needs`) has a value here:
         nightshift's own through these settings, any other (a user's service) from the
@@ -330,6 +427,8 @@ class Settings:
         attribute = _ATTRIBUTE_OF.get(variable)
         if attribute is not None:
             return bool(getattr(self, attribute))
+        if variable.startswith(CONFIG_PREFIX):
+            return self.config.has(variable)  # from the environment or the config file
         return bool(os.environ.get(variable))
 
     def __repr__(self) -> str:
@@ -424,6 +523,7 @@ class Settings:
             email_mode=_choice(env, "NIGHTSHIFT_EMAIL_MODE", ("keys", "lookup", "none"), "keys"),
             email_key_retention_hours=_number(env, "NIGHTSHIFT_EMAIL_KEY_RETENTION_HOURS", 24.0),
             approvers=_approvers(env),
+            config=ServiceConfig.from_env(env),
         )
 
 

@@ -5,16 +5,31 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-from pipeline import Agent, SideEffect, ToolContext, tool
-from pipeline.agent import BatchPlan, Block, Conversation, EventSource, Slot, text, tool_use
+from pydantic import BaseModel, Field
+
+from pipeline import (
+    Agent,
+    BatchPlan,
+    Conversation,
+    EventSource,
+    PermanentError,
+    SideEffect,
+    Slot,
+    ToolContext,
+    once,
+    text,
+    tool,
+    tool_use,
+)
 from pipeline.agents import nightly_report
 from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
 from pipeline.tools import Tool
 
 
-def _claims_done_too_early(conversation: Conversation) -> list[Block]:
+def _claims_done_too_early(conversation: Conversation) -> list[dict[str, Any]]:
     """The nightly report's script, except that it says "All done!" instead of emailing the
     report, until the success check has sent it back to work once."""
     blocks = nightly_report.script(conversation)
@@ -58,7 +73,7 @@ TEST_BATCH = Agent(
 )
 
 
-def _echo_script(conversation: Conversation) -> list[Block]:
+def _echo_script(conversation: Conversation) -> list[dict[str, Any]]:
     """Echo the input's word once, then say what came back."""
     if not conversation.tool_results():
         return [tool_use(0, 0, "shout", {"word": conversation.input["word"]})]
@@ -116,7 +131,7 @@ def _approval_without_effect() -> Tool:
     return made
 
 
-def _grant_once(conversation: Conversation) -> list[Block]:
+def _grant_once(conversation: Conversation) -> list[dict[str, Any]]:
     if conversation.tool_results():
         return [text("Done.")]
     return [tool_use(conversation.assistant_turns(), 0, "grant", {})]
@@ -142,8 +157,8 @@ UNGUARDED = Agent(
     },
     side_effect=SideEffect(
         service="githost",
-        key=lambda args, context: f"pr:{args['repo']}:{args['branch']}",
-        lookup=lambda key, context: find_open_pull(*key.split(":", 2)[1:], context),
+        key=lambda args, context: f"{args['repo']}:{args['branch']}",
+        lookup=find_open_pull,
     ),
     needs=(GITHOST,),
     requires_approval=True,
@@ -152,7 +167,7 @@ def open_pull(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return open_pull_request(context, args["repo"], args["branch"], "A fix", "For review.")
 
 
-def _asks_for_approval(conversation: Conversation) -> list[Block]:
+def _asks_for_approval(conversation: Conversation) -> list[dict[str, Any]]:
     if not conversation.tool_results():
         branch = f"patch/issue-{conversation.input['issue']}"
         return [tool_use(0, 0, "open_pull", {"repo": conversation.input["repo"], "branch": branch})]
@@ -185,4 +200,93 @@ DEADLINED_REPORT = dataclasses.replace(
             "customer-report", _report_for, deadline=lambda payload: payload.get("respond_within")
         ),
     ),
+)
+
+
+CLAUDE_ONLY = Agent(
+    name="claude_only",
+    system="You run only on the real model.",
+    instructions="Say hello.",
+    tools=(),
+    input_schema={"type": "object"},
+)
+"""An agent with no script: it needs ANTHROPIC_API_KEY."""
+
+
+# -- a typed tool ----------------------------------------------------------------------------
+
+
+class Reminder(BaseModel):
+    client: str = Field(pattern="^[a-z]+$")
+    days_overdue: int = Field(ge=1)
+
+
+@tool
+def note_reminder(reminder: Reminder, context: ToolContext) -> dict[str, Any]:
+    """Note that a client should be reminded of an overdue invoice."""
+    assert isinstance(reminder, Reminder)  # the tool gets the typed value, not the dict
+    return {"client": reminder.client, "days": reminder.days_overdue}
+
+
+@tool
+def call_acme(context: ToolContext) -> str:
+    """Call the Acme API (it refuses, and its error names the token)."""
+    raise PermanentError(f"401 for token {context.config('acme.token')}")
+
+
+def _typed_script(conversation: Conversation) -> list[dict[str, Any]]:
+    """A wrong argument first, then the right one; then a call that fails; then done."""
+    step = conversation.assistant_turns()
+    if step == 0:
+        wrong = {"client": "Acme!", "days_overdue": "soon"}
+        return [tool_use(step, 0, "note_reminder", wrong)]
+    if step == 1:
+        return [tool_use(step, 0, "note_reminder", {"client": "acme", "days_overdue": 3})]
+    if step == 2:
+        return [tool_use(step, 0, "call_acme", {})]
+    return [text("noted: " + conversation.tool_results()[1]["content"])]
+
+
+TYPED_REMINDERS = Agent(
+    name="typed_reminders",
+    system="You note reminders with a typed tool.",
+    instructions="Note a reminder for acme.",
+    tools=(note_reminder, call_acme),
+    input_schema={"type": "object"},
+    script=_typed_script,
+)
+
+
+# -- once ------------------------------------------------------------------------------------
+
+
+def _allocate(context: ToolContext) -> int:
+    """Hand out the next invoice number, and leave a line for each number handed out."""
+    log = Path(context.config("numbers.log"))
+    with log.open("a") as handle:
+        handle.write("allocated\n")
+    return 1000 + len(log.read_text().splitlines())
+
+
+@tool
+def number_invoice(client: str, context: ToolContext) -> dict[str, Any]:
+    """Give the client's invoice a number of its own."""
+    number = once(f"invoice-number:{client}", lambda: _allocate(context))
+    return {"client": client, "number": number}
+
+
+def _numbering_script(conversation: Conversation) -> list[dict[str, Any]]:
+    step = conversation.assistant_turns()
+    if step == 0:
+        return [tool_use(step, 0, "number_invoice", {"client": "acme"})]
+    return [text("numbered: " + conversation.tool_results()[0]["content"])]
+
+
+NUMBERED_INVOICES = Agent(
+    name="numbered_invoices",
+    system="You number invoices.",
+    instructions="Number acme's invoice.",
+    tools=(number_invoice,),
+    input_schema={"type": "object"},
+    script=_numbering_script,
 )

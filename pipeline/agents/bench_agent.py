@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.agent import Agent, Block, Conversation, text, tool_use
-from pipeline.tools import ToolContext, tool
+from pipeline import Agent, Conversation, ToolContext, text, tool, tool_use
 
 MAX_STEPS = 5000
 
@@ -28,7 +27,7 @@ def bench_echo(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     return {"echo": args["n"]}
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     """One echo a step until the last step, which only answers (so a run has `steps` steps)."""
     # The history is the first message plus an (assistant, tool results) pair per step: O(1)
     # here, so the benchmark's model costs the same at step 1,000 as at step 10.

@@ -9,11 +9,10 @@ from typing import Any
 
 import httpx
 
-from pipeline.agent import Agent, BatchPlan, Block, Conversation, Slot, text, tool_use
+from pipeline import Agent, BatchPlan, Conversation, Slot, ToolContext, text, tool, tool_use
 from pipeline.agents.services import TIMEOUT, WEB, service_url
 from pipeline.errors import NightshiftError
 from pipeline.settings import get_settings
-from pipeline.tools import ToolContext, tool
 
 MAX_FETCHES = 3
 """A price page that keeps failing temporarily is tried this often; a 4xx only once."""
@@ -93,7 +92,7 @@ def fetch_competitor_prices(args: dict[str, Any], context: ToolContext) -> dict[
     return body
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     """Fetch the prices (again after a temporary failure), then report them as JSON."""
     competitor, name = conversation.input["competitor"], conversation.input["name"]
     results = conversation.tool_results()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pipeline.agent import Agent, Block, Conversation, text, tool_use
+from typing import Any
+
+from pipeline import Agent, Conversation, check_back_in, text, tool_use
 from pipeline.agents.nightly_report import fetch_source
-from pipeline.tools import check_back_in
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     step = conversation.assistant_turns()
     used = [block["name"] for block in conversation.tool_uses()]
     if not used:

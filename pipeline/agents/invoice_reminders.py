@@ -1,7 +1,7 @@
 """Invoice reminders: every Monday, one reminder email per overdue client and ISO week.
 
 One reminder per step, so a crash after the third email resumes at the fourth, and the key
-`invoice-reminder:<client>:<iso-week>` makes a second run in the same week send nothing again.
+`invoice_reminders:<client>:<iso-week>` makes a second run in the same week send nothing again.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from typing import Any
 
 import httpx
 
-from pipeline.agent import Agent, Block, Conversation, RunPlan, Slot, text, tool_use
+from pipeline import Agent, Conversation, RunPlan, Slot, ToolContext, text, tool, tool_use
 from pipeline.agents.services import EMAIL, TIMEOUT, WEB, email_effect, send_email, service_url
-from pipeline.tools import ToolContext, tool
 
 MAX_TRIES = 2
 """Calls of one tool for one thing (the list, a client's reminder) before moving on."""
@@ -55,7 +54,7 @@ def list_overdue_invoices(args: dict[str, Any], context: ToolContext) -> dict[st
 
 def reminder_key(args: dict[str, Any], context: ToolContext) -> str:
     """One reminder per client and ISO week, whichever run (or rerun) of the week sends it."""
-    return f"invoice-reminder:{args['client']}:{iso_week(context.run_input['date'])}"
+    return f"{args['client']}:{iso_week(context.run_input['date'])}"
 
 
 @tool(
@@ -121,7 +120,7 @@ def reminder(invoice: dict[str, Any], week: str) -> dict[str, Any]:
     }
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     """The list once, then one reminder a step, then a closing line with what happened."""
     step = conversation.assistant_turns()
     week = iso_week(conversation.input["date"])

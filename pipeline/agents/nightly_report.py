@@ -8,18 +8,19 @@ from typing import Any
 
 import httpx
 
-from pipeline.agent import (
+from pipeline import (
     Agent,
-    Block,
     Conversation,
     EventSource,
     RunPlan,
     Slot,
+    ToolContext,
     text,
+    tool,
     tool_use,
 )
+from pipeline.agents.documents import document_tool
 from pipeline.agents.services import EMAIL, WEB, email_effect, send_email, service_url
-from pipeline.tools import ToolContext, document_tool, tool
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
 
@@ -48,8 +49,9 @@ write_report = document_tool(
 
 
 def report_key(args: dict[str, Any], context: ToolContext) -> str:
-    """One nightly report email per team and night, whatever crashes in between."""
-    return f"nightly-report:{context.run_input['date']}:{context.run_input['team']}"
+    """One nightly report email per team and night, whatever crashes in between:
+    `nightly_report:2026-11-29:ops`."""
+    return f"{context.run_input['date']}:{context.run_input['team']}"
 
 
 @tool(
@@ -113,7 +115,7 @@ def _summary(sources: list[str], fetched: dict[str, dict[str, Any] | None]) -> s
     return "\n".join(lines)
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     """One source a step (a failed source is tried twice), then the report, then a closing line."""
     sources = conversation.input.get("sources") or list(DEFAULT_SOURCES)
     step = conversation.assistant_turns()

@@ -16,11 +16,18 @@ import json
 import os
 from typing import Any
 
-from pipeline.agent import Agent, Block, Conversation, text, tool_use
+from pipeline import (
+    Agent,
+    Conversation,
+    PermanentError,
+    SideEffect,
+    ToolContext,
+    text,
+    tool,
+    tool_use,
+)
 from pipeline.agents import gitwork
 from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
-from pipeline.errors import PermanentError
-from pipeline.tools import SideEffect, ToolContext, tool
 
 REVIEWER = "reviewer@example.com"
 """Who approves pull requests unless NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST names others."""
@@ -144,12 +151,8 @@ def propose_fix(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
 
 
 def _pr_key(args: dict[str, Any], context: ToolContext) -> str:
-    return f"pr:{args['repo']}:{args['branch']}"
-
-
-def _lookup(key: str, context: ToolContext) -> dict[str, Any] | None:
-    _, repo, branch = key.split(":", 2)
-    return find_open_pull(repo, branch, context)
+    """One pull request per repository and branch: `patch:acme/shop:patch/issue-7`."""
+    return f"{args['repo']}:{args['branch']}"
 
 
 @tool(
@@ -172,7 +175,7 @@ def _lookup(key: str, context: ToolContext) -> dict[str, Any] | None:
         "additionalProperties": False,
     },
     # The git host refuses a second open pull request for a branch and can be asked for it.
-    side_effect=SideEffect(service="githost", key=_pr_key, lookup=_lookup),
+    side_effect=SideEffect(service="githost", key=_pr_key, lookup=find_open_pull),
     needs=(GITHOST, GIT_URL),
     requires_approval=True,
     # A code reviewer opens pull requests; a deployment names them on its workers with
@@ -199,7 +202,7 @@ def open_fix_pull_request(args: dict[str, Any], context: ToolContext) -> dict[st
 # -- the scripted model: a real change for the demo repository's seeded bug -------------------
 
 
-def _results(conversation: Conversation) -> dict[str, Block]:
+def _results(conversation: Conversation) -> dict[str, dict[str, Any]]:
     """The latest result of each tool, by tool name."""
     names = {block["id"]: block["name"] for block in conversation.tool_uses()}
     return {names.get(r["tool_use_id"], ""): r for r in conversation.tool_results()}
@@ -213,13 +216,13 @@ def _rounding_fix(source: str) -> tuple[str, str] | None:
     return None
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     report = conversation.input
     step = conversation.assistant_turns()
     results = _results(conversation)
     path = report.get("file", "shop/cart.py")
 
-    def call(name: str, args: dict[str, Any]) -> list[Block]:
+    def call(name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
         return [tool_use(step, 0, name, args)]
 
     if "read_file" not in results:
@@ -250,7 +253,7 @@ def script(conversation: Conversation) -> list[Block]:
     return [text(f"Done with issue #{report['issue']}: {outcome}")]
 
 
-def _json_result(result: Block) -> dict[str, Any] | None:
+def _json_result(result: dict[str, Any]) -> dict[str, Any] | None:
     """A tool result's JSON object, or None for an error or other text."""
     if result.get("is_error"):
         return None

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 
-from pipeline.agent import Agent, Block, Conversation, text, tool_use
+from pipeline import Agent, Conversation, SideEffect, ToolContext, text, tool, tool_use
+from pipeline.agents.documents import document_tool
 from pipeline.agents.services import PRICING, TIMEOUT, find_price_change, service_url, set_price
-from pipeline.tools import SideEffect, ToolContext, document_tool, tool
 
 MIN_QUOTES = 3
 """A SKU needs this many competitor prices before a change is proposed for it."""
@@ -66,8 +67,9 @@ write_summary = document_tool(
 
 
 def price_key(args: dict[str, Any], context: ToolContext) -> str:
-    """One change per SKU and batch (night), however often it is proposed or approved."""
-    return f"price:{args['sku']}:{context.run_input['batch']}"
+    """One change per SKU and batch (night), however often it is proposed or approved:
+    `price_synthesis:sku-2:<batch>`."""
+    return f"{args['sku']}:{context.run_input['batch']}"
 
 
 @tool(
@@ -89,7 +91,11 @@ def price_key(args: dict[str, Any], context: ToolContext) -> str:
     },
     # The pricing API replays a repeated Idempotency-Key forever, and can be asked about one.
     side_effect=SideEffect(
-        service="pricing", key=price_key, honours_keys=lambda s: True, lookup=find_price_change
+        service="pricing",
+        key=price_key,
+        honours_keys=True,
+        key_retention=timedelta.max,
+        lookup=find_price_change,
     ),
     requires_approval=True,
     needs=(PRICING,),
@@ -244,7 +250,7 @@ def _result_of(conversation: Conversation, name: str) -> dict[str, Any] | None:
     return None
 
 
-def script(conversation: Conversation) -> list[Block]:
+def script(conversation: Conversation) -> list[dict[str, Any]]:
     """Our prices, then the summary, then every proposal in one reply, then a closing line."""
     batch = conversation.input["batch"]
     step = conversation.assistant_turns()

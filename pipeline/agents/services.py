@@ -5,13 +5,13 @@ Each send carries the action's idempotency key; each lookup asks what happened u
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import httpx
 
-from pipeline.errors import LookupUnsupported, NotConfigured
-from pipeline.tools import KeyBuilder, SideEffect, ToolContext
+from pipeline import LookupUnsupported, NotConfigured, SideEffect, ToolContext
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
@@ -48,7 +48,7 @@ def send_email(context: ToolContext, to: str, subject: str, body: str) -> dict[s
     return sent
 
 
-def find_email(key: str, context: ToolContext) -> dict[str, Any] | None:
+def find_email(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
     """The delivery made under `key`, None if none was; LookupUnsupported if it cannot say."""
     if context.settings.email_mode == "none":
         raise LookupUnsupported("the email API is configured without lookup")
@@ -61,7 +61,7 @@ def find_email(key: str, context: ToolContext) -> dict[str, Any] | None:
     return dict(deliveries[0]) if deliveries else None
 
 
-def email_effect(key: KeyBuilder) -> SideEffect:
+def email_effect(key: Callable[[Any, ToolContext], str]) -> SideEffect:
     """An email send as the deployed email API (NIGHTSHIFT_EMAIL_MODE) handles it."""
     return SideEffect(
         service="email",
@@ -90,7 +90,9 @@ def open_pull_request(
     return opened
 
 
-def find_open_pull(repo: str, branch: str, context: ToolContext) -> dict[str, Any] | None:
+def find_open_pull(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
+    """The open pull request for the action's repo and branch (the git host's own key)."""
+    repo, branch = args["repo"], args["branch"]
     base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
     response = httpx.get(
         f"{base}/repos/{repo}/pulls", params={"branch": branch, "state": "open"}, timeout=TIMEOUT
@@ -113,7 +115,7 @@ def set_price(context: ToolContext, sku: str, price: float, currency: str) -> di
     return changed
 
 
-def find_price_change(key: str, context: ToolContext) -> dict[str, Any] | None:
+def find_price_change(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
     base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
     response = httpx.get(f"{base}/changes", params={"key": key}, timeout=TIMEOUT)
     response.raise_for_status()

@@ -24,6 +24,7 @@ from pipeline.errors import (
     InputTooLarge,
     InvalidInput,
     NightshiftError,
+    NoModel,
     RunNotFound,
     SettingsError,
     StatusConflict,
@@ -165,6 +166,7 @@ _STATUS_FOR: tuple[tuple[type[NightshiftError], int], ...] = (
     (InputTooLarge, 413),
     (InvalidInput, 422),
     (UnknownAgent, 422),
+    (NoModel, 503),  # this deployment cannot run the agent: not the caller's mistake
 )
 
 

@@ -5,7 +5,7 @@ same headers sent to another path do not match.
 Headers: `X-Nightshift-Timestamp: <unix seconds>` and
 `X-Nightshift-Signature: v2=<hex HMAC-SHA256(secret, f"{timestamp}\\n{METHOD}\\n{path}\\n" + body)>`
 where path is the request's path without the query string, as the server routes it
-(percent-decoded), e.g. `/approvals/pr:acme/shop:patch/issue-7`. Each signature is accepted
+(percent-decoded), e.g. `/approvals/patch:acme/shop:patch/issue-7`. Each signature is accepted
 once with each credential (pipeline.api.replays); a sender that retries signs the retry anew.
 """
 

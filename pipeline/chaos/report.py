@@ -171,14 +171,15 @@ def _summary(values: list[float]) -> dict[str, float | int]:
 
 
 def deliveries(cluster: Cluster) -> Counter[str]:
-    """Side effects delivered, per idempotency key (pull requests per `pr:<repo>:<branch>`)."""
+    """Side effects delivered, per idempotency key (pull requests per the patch agent's key,
+    `patch:<repo>:<branch>`)."""
     logs = cluster.logs / "sandbox"
     counts: Counter[str] = Counter()
     for entry in read_log(logs / "email.jsonl") + read_log(logs / "pricing.jsonl"):
         counts[f"{entry['service']}:{entry.get('key')}"] += 1
     for entry in read_log(logs / "githost.jsonl"):
         if entry.get("action") == "opened":
-            counts[f"githost:pr:{entry['repo']}:{entry['branch']}"] += 1
+            counts[f"githost:patch:{entry['repo']}:{entry['branch']}"] += 1
     return counts
 
 

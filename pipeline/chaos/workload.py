@@ -43,7 +43,7 @@ class Job:
 
 
 def _nightly_report(n: int, rng: random.Random) -> dict[str, Any]:
-    # A team of its own per run, so each run has its own email key nightly-report:<date>:<team>.
+    # A team of its own per run, so each run has its own email key nightly_report:<date>:<team>.
     return {"team": f"team-{n:05d}", "date": TODAY.isoformat()}
 
 
@@ -57,7 +57,7 @@ def _follow_up(n: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _invoice_reminders(n: int, rng: random.Random) -> dict[str, Any]:
-    # A week of its own per run: reminder keys are invoice-reminder:<client>:<ISO week>.
+    # A week of its own per run: reminder keys are invoice_reminders:<client>:<ISO week>.
     return {"date": (TODAY + timedelta(weeks=n)).isoformat()}
 
 

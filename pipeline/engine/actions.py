@@ -33,7 +33,7 @@ from pipeline.keys import Wait, approval_wait, check_key, person_wait, retry_wai
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, classify
 from pipeline.settings import Settings, redact_urls
-from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput
+from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput, once_scope
 
 if TYPE_CHECKING:
     from pipeline.engine.toolcalls import ToolCall
@@ -59,6 +59,8 @@ class ParkRun(StopStep):
 @dataclass(frozen=True)
 class ActionView:
     key: str
+    args: dict[str, Any]
+    """As saved before the first send: a lookup asks the service about these."""
     state: ActionState
     attempts: int
     first_attempt_at: datetime | None
@@ -75,7 +77,7 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     assert effect is not None, f"{tool.name} has no side effect declared"
     args = call.block["input"]
     try:
-        key = check_key(effect.key(args, context), what=f"{tool.name}'s idempotency key")
+        key = check_key(tool.action_key(args, context), what=f"{tool.name}'s idempotency key")
     except NightshiftError as exc:
         raise PermanentError(str(exc)) from None
     keyed = replace(context, idempotency_key=key)
@@ -83,7 +85,7 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     crash_point("after_intended")
     for resend in range(RESEND_POLICY.attempts + 1):
         context.keep_going()
-        outcome = _next_move(call, tool, effect, keyed, action, resend)
+        outcome = _next_move(call, tool, keyed, action, resend)
         if outcome is not None:
             return outcome
         action = _load(call.lease, key)
@@ -102,19 +104,14 @@ def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
     effect = tool.side_effect
     assert effect is not None and tool.requires_approval, f"{tool.name} needs no approval"
     try:
-        key = check_key(effect.key(call.block["input"], context), what="idempotency key")
+        key = check_key(tool.action_key(call.block["input"], context), what="idempotency key")
     except NightshiftError:
         return  # perform() reports it to the model when this call's turn comes
     _ensure_recorded(call, tool, effect, key, call.block["input"], context.settings)
 
 
 def _next_move(
-    call: ToolCall,
-    tool: Tool,
-    effect: SideEffect,
-    context: ToolContext,
-    action: ActionView,
-    resend: int,
+    call: ToolCall, tool: Tool, context: ToolContext, action: ActionView, resend: int
 ) -> ToolOutput | None:
     """Act on the action's state; None means: state changed, look again."""
     key = action.key
@@ -134,31 +131,34 @@ def _next_move(
         _transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
         return None
     if action.state is ActionState.OUTCOME_UNKNOWN:
-        return _reconcile(call, effect, context, action, resend)
+        return _reconcile(call, tool, context, action, resend)
     return _send(call, tool, context, action)
 
 
 def _reconcile(
-    call: ToolCall, effect: SideEffect, context: ToolContext, action: ActionView, resend: int
+    call: ToolCall, tool: Tool, context: ToolContext, action: ActionView, resend: int
 ) -> ToolOutput | None:
     key = action.key
+    effect = tool.side_effect
+    assert effect is not None
     if resend:
         time.sleep(RESEND_POLICY.delay(resend))  # the service just failed us: back off
-    retention = effect.key_retention(context.settings)
-    if effect.honours_keys(context.settings) and _inside_retention(retention, action):
+    retention = effect.retention(context.settings)
+    if effect.honoured(context.settings) and _inside_retention(retention, action):
         log.info("action %s: outcome unknown; resending with the same key", key)
         _transition(call.lease, key, ActionState.INTENDED, resolution="resent_with_key")
         return None
     if effect.lookup is not None:
         try:
-            found = effect.lookup(key, context)
+            found = tool.look_up(key, action.args, context)
         except LookupUnsupported:
             found = None
             supported = False
         except Exception as exc:
             if isinstance(classify(exc), PermanentError):
                 raise
-            log.warning("action %s: lookup failed (%s); will try again", key, exc)
+            why = context.settings.config.redact(str(exc))
+            log.warning("action %s: lookup failed (%s); will try again", key, why)
             return None
         else:
             supported = True
@@ -175,9 +175,11 @@ def _reconcile(
 
 
 def _inside_retention(retention: timedelta | None, action: ActionView) -> bool:
-    if action.first_attempt_at is None or retention is None:
-        return True  # nothing sent yet, or the service keeps keys forever
-    return action.now < action.first_attempt_at + retention
+    if retention is None:
+        return False  # the service says for how long it keeps keys, or it is not trusted
+    if action.first_attempt_at is None:
+        return True  # nothing sent yet
+    return action.now - action.first_attempt_at < retention  # no overflow for timedelta.max
 
 
 def _send(
@@ -192,7 +194,8 @@ def _send(
         # (or for PostgreSQL to end this session if this process freezes) before reconciling.
         with fenced(call.lease) as session:
             _hold_run_during_send_txn(session, call.lease, context.settings.lease_seconds)
-            result = tool.fn(call.block["input"], context)
+            with once_scope(None):  # the send happens once already: once() is refused here
+                result = tool.run(call.block["input"], context)
             crash_point("after_send_before_reply")
             _confirm_txn(session, key, _as_result(result), resolution=None)
     except (StopStep, KeyboardInterrupt, DBAPIError):
@@ -201,9 +204,11 @@ def _send(
         error = classify(exc)
         if isinstance(error, PermanentError):
             with fenced(call.lease) as session:
-                _set_state_txn(session, key, ActionState.FAILED, error=redact_urls(str(error)))
+                failed = context.settings.config.redact(redact_urls(str(error)))
+                _set_state_txn(session, key, ActionState.FAILED, error=failed)
             raise error from exc
-        log.warning("action %s: send failed, outcome unknown: %s", key, error)
+        why = context.settings.config.redact(str(error))
+        log.warning("action %s: send failed, outcome unknown: %s", key, why)
         _transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
         return None
     crash_point("after_confirmed")
@@ -258,6 +263,7 @@ def _view_txn(session: Session, key: str) -> ActionView:
     action, now = row
     return ActionView(
         key=key,
+        args=action.args,
         state=action.state,
         attempts=action.attempts,
         first_attempt_at=action.first_attempt_at,

@@ -7,6 +7,7 @@ from functools import cache
 from typing import Any, Protocol
 
 from pipeline.agent import Agent, Conversation, Message, input_from_messages
+from pipeline.errors import PermanentError
 from pipeline.settings import Settings
 
 Reply = dict[str, Any]
@@ -93,6 +94,12 @@ class ScriptedModel:
 
 def scripted_reply(agent: Agent, messages: list[Message], model: str) -> Reply:
     """The reply the agent's script gives; the local Messages API server serves the same."""
+    if agent.script is None:
+        # Starting such a run is refused without a key; this worker has none.
+        raise PermanentError(
+            f"agent {agent.name!r} has no script: it runs only on the real "
+            "model, and ANTHROPIC_API_KEY is not set on this worker"
+        )
     content = agent.script(Conversation(input=input_from_messages(messages), messages=messages))
     uses_tools = any(block["type"] == "tool_use" for block in content)
     return {

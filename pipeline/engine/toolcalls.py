@@ -18,12 +18,13 @@ from pipeline.engine import artifacts
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import perform, record_proposal
 from pipeline.engine.leases import Lease, fenced
+from pipeline.engine.once import JournalOnce
 from pipeline.engine.timers import await_timer
 from pipeline.errors import PermanentError, TemporaryError
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.settings import Settings, redact_urls
-from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
+from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput, once_scope
 
 log = get_logger("nightshift.tools")
 
@@ -98,10 +99,12 @@ def _call(
         call.run_id, call.agent, call.block["id"], settings, call.run_input, keep_going=keep_going
     )
     try:
-        output = _execute(tool, call, context)
+        with once_scope(JournalOnce(call.lease, journal, call.step)):
+            output = _execute(tool, call, context)
     except (PermanentError, TemporaryError) as exc:
-        log.warning("tool %s failed: %s", name, exc)
-        return _record(call, journal, settings, error=f"{name} failed: {exc}")
+        error = _scrub(settings, f"{name} failed: {exc}")
+        log.warning("tool %s", error)
+        return _record(call, journal, settings, error=error)
     return _record(call, journal, settings, output=output)
 
 
@@ -135,7 +138,7 @@ def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
             "be recorded; it was not run"
         )
     return call_with_retries(
-        lambda: tool.fn(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going
+        lambda: tool.run(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going
     )
 
 
@@ -150,13 +153,14 @@ def _record(
     """Journal the result (an artifact if large) and count the tool call, in one fenced write."""
     artifact: tuple[dict[str, Any], str] | None = None
     if error is not None:
-        content = redact_urls(error)  # a tool's own error may name a URL with its token
+        content = _scrub(settings, error)
     elif isinstance(output, ArtifactRequest):
         ref = artifacts.write_file(settings.artifact_dir, call.run_id, output.name, output.content)
         artifact = (ref, output.media_type)
         content = json.dumps({"artifact": ref})
     else:
         content = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
+        content = settings.config.redact(content)
         if len(content.encode()) > settings.artifact_threshold_bytes:
             name = call.block["name"]
             ref = artifacts.write_file(settings.artifact_dir, call.run_id, name, content)
@@ -178,3 +182,8 @@ def _record(
             )
     crash_point("after_tool_journaled")
     return payload
+
+
+def _scrub(settings: Settings, error: str) -> str:
+    """A tool's own error may name a URL with its token, or a secret setting's value."""
+    return settings.config.redact(redact_urls(error))

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
-from pipeline.errors import InputTooLarge, InvalidInput, NightshiftError
+from pipeline.errors import InputTooLarge, InvalidInput, NightshiftError, NoModel
 from pipeline.keys import check_key
 from pipeline.registry import get_agent
 from pipeline.runs.deadlines import Deadline
@@ -44,14 +44,21 @@ def code_version() -> str:
 
 
 def validate_input(agent_name: str, run_input: object) -> dict[str, Any]:
+    """The run's input, if the agent exists, can run here and accepts it; else a clear error."""
     agent = get_agent(agent_name)
+    settings = get_settings()
+    if agent.script is None and not settings.anthropic_api_key:
+        raise NoModel(
+            f"agent {agent_name!r} has no script, so it runs only on the real model: "
+            "set ANTHROPIC_API_KEY"
+        )
     if not isinstance(run_input, dict):
         raise InvalidInput(f"input for agent {agent_name!r} must be a JSON object")
     try:
         size = len(json.dumps(run_input).encode())
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"input for agent {agent_name!r} is not JSON: {exc}") from None
-    limit = get_settings().max_input_bytes
+    limit = settings.max_input_bytes
     if size > limit:
         raise InputTooLarge(
             f"input for agent {agent_name!r} is {size} bytes; the limit is {limit} "

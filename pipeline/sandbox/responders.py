@@ -19,9 +19,9 @@ def agent_responder(request: dict[str, Any]) -> dict[str, Any]:
     Serves the local Messages API server, so the real SDK path runs the same scripts.
     """
     system = text_of(request.get("system"))  # a string, or blocks with cache breakpoints
-    agent = next((a for a in all_agents() if a.system == system), None)
+    agent = next((a for a in all_agents() if a.system == system and a.script), None)
     if agent is None:
-        raise ValueError("no registered agent has this system prompt")
+        raise ValueError("no registered agent with a script has this system prompt")
     return scripted_reply(agent, request["messages"], model=request.get("model", "local"))
 
 

@@ -38,7 +38,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 # The patch agent's approval-gated tool: opening a pull request needs a person's yes.
 BUG = {"issue": 7, "repo": "acme/shop", "title": "totals are not rounded"}
-PR_KEY = "pr:acme/shop:patch/issue-7"
+PR_KEY = "patch:acme/shop:patch/issue-7"
 PR_ARGS = {
     "repo": "acme/shop",
     "branch": "patch/issue-7",

@@ -15,7 +15,7 @@ from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for, wait_for_status
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
-KEY = "nightly-report:2026-11-29:ops"
+KEY = "nightly_report:2026-11-29:ops"
 SETTLED = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.NEEDS_ATTENTION.value}
 CRASH_POINTS = [
     "after_intended",

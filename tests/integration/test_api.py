@@ -393,7 +393,7 @@ def test_people_decide_and_cancel_from_the_command_line(
     assert main(["approve", PR_KEY, "--as", "alice@example.com"]) == 0
     assert "already recorded; nothing changed" in capsys.readouterr().out
     assert main(["reject", PR_KEY, "--as", "bob@example.com"]) == 2
-    assert "nightshift: action 'pr:acme/shop:patch/issue-7' was already decided" in (
+    assert "nightshift: action 'patch:acme/shop:patch/issue-7' was already decided" in (
         capsys.readouterr().err
     )
     assert action_row().decided_by == "alice@example.com"

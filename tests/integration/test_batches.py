@@ -157,9 +157,10 @@ def test_a_night_of_thirty_competitors_with_a_killed_worker_and_a_dead_page(
     shown = capsys.readouterr().out
     assert f"[{'#' * 30}] 30/30 finished" in shown
     assert "done 30  running 0  waiting 0  failed 0" in shown
-    assert f"synthesis waiting on approval:price:sku-2:{batch_id}" in shown
+    assert f"synthesis waiting on approval:price_synthesis:sku-2:{batch_id}" in shown
     pending = pending_approvals(synthesis_id)
-    assert f"pending approvals {len(pending)}\n  price:sku-2:{batch_id}  (set_price " in shown
+    first = f"price_synthesis:sku-2:{batch_id}"
+    assert f"pending approvals {len(pending)}\n  {first}  (set_price " in shown
     assert main(["batches", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [b["id"] for b in listed] == [batch_id]
@@ -180,7 +181,7 @@ def test_a_night_of_thirty_competitors_with_a_killed_worker_and_a_dead_page(
     # then each price changed exactly once, and the summary names the failed competitor
     synthesis = wait_for_status(synthesis_id, DONE, timeout=30)
     assert synthesis.status == RunStatus.SUCCEEDED, synthesis.error
-    assert sorted(approved) == [f"price:sku-2:{batch_id}", f"price:sku-3:{batch_id}"]
+    assert sorted(approved) == [f"price_synthesis:sku-{n}:{batch_id}" for n in (2, 3)]
     for key in approved:
         duplicate_report.append(len(pricing.changes(key)) - 1)
         assert len(pricing.changes(key)) == 1

@@ -23,7 +23,7 @@ REMINDERS = Schedule(
     timezone=BERLIN, overlap=Overlap.SKIP,
 )  # fmt: skip
 MONDAY = datetime(2026, 11, 30, 9, 5, tzinfo=BERLIN)  # ISO week 2026-W49
-KEYS = {f"invoice-reminder:{invoice['client']}:2026-W49" for invoice in OVERDUE_INVOICES}
+KEYS = {f"invoice_reminders:{invoice['client']}:2026-W49" for invoice in OVERDUE_INVOICES}
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 

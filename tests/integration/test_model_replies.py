@@ -19,7 +19,7 @@ from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import wait_for, wait_for_status
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
-KEY = "nightly-report:2026-11-29:ops"
+KEY = "nightly_report:2026-11-29:ops"
 STEPS = 6
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}
 PADDING = "All systems nominal. " * 250  # about 1,300 tokens: past 1,024, within 2,048

@@ -89,7 +89,7 @@ def test_a_run_waiting_for_approval_survives_restarting_everything(
     assert run_row(run_id).status == RunStatus.WAITING
 
     # then the approval, given after the restart, completes the run with one pull request
-    nightshift("approve", "pr:acme/shop:patch/issue-7", "--as", "reviewer@example.com")
+    nightshift("approve", "patch:acme/shop:patch/issue-7", "--as", "reviewer@example.com")
     row = wait_for_status(run_id, {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}, 60)
     assert row.status == RunStatus.SUCCEEDED, row.error
     assert len([e for e in githost.log.entries() if e["action"] == "opened"]) == 1

@@ -55,7 +55,7 @@ def finished_run(
         if action_state is not None:
             session.add(
                 Action(
-                    idempotency_key=f"nightly-report:{run_id}",
+                    idempotency_key=f"nightly_report:{run_id}",
                     run_id=run_id,
                     tool="send_report_email",
                     service="email",

@@ -276,7 +276,7 @@ SYNTHESIS_INPUT = {
         for c, price in QUOTES.items()
     ],
 }  # fmt: skip
-PRICE_KEY = f"price:sku-2:{NIGHT}"
+PRICE_KEY = f"price_synthesis:sku-2:{NIGHT}"
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from tests.integration.conftest import ProcessFactory
 from tests.support import ServiceUrls, run_row, wait_for, wait_for_status
 
 BUG = {"issue": 42, "repo": "acme/shop", "title": "totals are not rounded"}
-PR_KEY = "pr:acme/shop:patch/issue-42"
+PR_KEY = "patch:acme/shop:patch/issue-42"
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 
@@ -124,7 +124,7 @@ def test_a_thousand_waiting_runs_hold_no_message_and_no_worker_then_all_resume(
     assert due is not None and now is not None and due > now
     timers_due_in = (due - now).total_seconds()
     for n in range(500):
-        decide(f"pr:acme/shop:patch/issue-{1000 + n}", Decision.APPROVE, REVIEWER_ACTOR)
+        decide(f"patch:acme/shop:patch/issue-{1000 + n}", Decision.APPROVE, REVIEWER_ACTOR)
     approved_at = time.monotonic()
 
     # then every run leaves waiting within the tick interval plus a few seconds

@@ -55,7 +55,7 @@ def approval(api: TestClient, body: dict | bytes, key: str = PR_KEY, **sign: obj
 
 def test_the_signature_is_hmac_sha256_over_timestamp_method_path_and_body() -> None:
     body = b'{"decision": "approve"}'
-    path = "/approvals/pr:acme/shop:patch/issue-7"
+    path = "/approvals/patch:acme/shop:patch/issue-7"
     message = b"1764400000\nPOST\n" + path.encode() + b"\n" + body
     expected = hmac.new(APPROVAL_SECRET.encode(), message, hashlib.sha256).hexdigest()
     assert signature(APPROVAL_SECRET, "1764400000", "POST", path, body) == f"v2={expected}"
@@ -108,9 +108,9 @@ def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
 
 def test_unknown_actions_and_strangers_are_refused(api: TestClient) -> None:
     park_on_approval(approvers=("alice@example.com", "carol@example.com"))
-    unknown = approval(api, APPROVE, key="pr:acme/shop:patch/issue-999")
+    unknown = approval(api, APPROVE, key="patch:acme/shop:patch/issue-999")
     assert unknown.status_code == 404
-    assert "'pr:acme/shop:patch/issue-999'" in unknown.json()["error"]
+    assert "'patch:acme/shop:patch/issue-999'" in unknown.json()["error"]
     # finding 2: a stranger with a valid token of their own is refused, and is not told who
     # may approve
     mallory = person_token("mallory@example.com")
@@ -185,7 +185,7 @@ def _with(**headers: str):
 
 def _signed_for_another_action(api: TestClient) -> object:
     # finding 1: a captured approval of issue 1 was accepted for the pending issue 7
-    return api.post(PR_PATH, **signed("/approvals/pr:acme/shop:patch/issue-1", APPROVE))
+    return api.post(PR_PATH, **signed("/approvals/patch:acme/shop:patch/issue-1", APPROVE))
 
 
 def _old_scheme(api: TestClient) -> object:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import SettingsError
+from pipeline.errors import PermanentError, SettingsError
 from pipeline.settings import Settings, approvers_variable
 
 
@@ -79,3 +79,58 @@ def test_task_events_are_off_unless_asked_for() -> None:
     assert not Settings.from_env({}).task_events
     assert Settings.from_env({"NIGHTSHIFT_TASK_EVENTS": "true"}).task_events
     assert not Settings.from_env({"NIGHTSHIFT_TASK_EVENTS": "off"}).task_events
+
+
+def test_tool_settings_come_from_the_environment_first_then_the_config_file(tmp_path) -> None:
+    config_file = tmp_path / "nightshift.toml"
+    config_file.write_text(
+        '[acme]\nurl = "https://file.example"\ntimeout = 5\n\n[acme.billing]\nregion = "eu"\n'
+    )
+    settings = Settings.from_env(
+        {
+            "NIGHTSHIFT_DATA_DIR": str(tmp_path),
+            "NIGHTSHIFT_CONFIG_ACME_URL": "https://env.example",
+            "NIGHTSHIFT_CONFIG_FILE": str(config_file),
+        }
+    )
+    assert settings.config.get("acme.url") == "https://env.example"
+    assert settings.config.get("acme.timeout") == "5"
+    assert settings.config.get("acme.billing.region") == "eu"
+    assert settings.config.get("acme.retries", "3") == "3"
+
+
+def test_a_missing_tool_setting_names_the_variable_and_the_file_entry(tmp_path) -> None:
+    settings = Settings.from_env({"NIGHTSHIFT_DATA_DIR": str(tmp_path)})
+    with pytest.raises(PermanentError) as error:
+        settings.config.get("acme.url")
+    assert str(error.value) == (
+        "setting 'acme.url' is not configured: set NIGHTSHIFT_CONFIG_ACME_URL or [acme] url "
+        "in the file named by NIGHTSHIFT_CONFIG_FILE"
+    )
+
+
+def test_an_unreadable_config_file_stops_the_program_with_one_line(tmp_path) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[acme\n")
+    with pytest.raises(SettingsError, match=r"NIGHTSHIFT_CONFIG_FILE=.*cannot be read") as error:
+        Settings.from_env(
+            {"NIGHTSHIFT_DATA_DIR": str(tmp_path), "NIGHTSHIFT_CONFIG_FILE": str(broken)}
+        )
+    assert "\n" not in str(error.value)
+
+
+def test_secret_tool_settings_never_show_in_reprs_and_are_redacted_from_text(tmp_path) -> None:
+    env = {
+        "NIGHTSHIFT_DATA_DIR": str(tmp_path),
+        "NIGHTSHIFT_CONFIG_ACME_TOKEN": "tok-s3cret-value",
+        "NIGHTSHIFT_CONFIG_ACME_API_KEY": "key-0123456789",
+        "NIGHTSHIFT_CONFIG_ACME_URL": "https://acme.example",
+    }
+    settings = Settings.from_env(env)
+    assert "tok-s3cret-value" not in repr(settings)
+    assert "https://acme.example" not in repr(settings.config)
+    assert "NIGHTSHIFT_CONFIG_ACME_TOKEN" in repr(settings.config)
+    said = "GET https://acme.example/x?token=tok-s3cret-value failed (key key-0123456789)"
+    assert settings.config.redact(said) == (
+        "GET https://acme.example/x?token=[redacted] failed (key [redacted])"
+    )
