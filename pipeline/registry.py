@@ -44,6 +44,9 @@ class Registered:
     """Where it was loaded from: `module:attribute`."""
     source: str
     """Who registered it: the distribution's entry point, or NIGHTSHIFT_AGENTS."""
+    package: str
+    """The distribution that declares it (`nightshift 0.1.0`), or its module for
+    NIGHTSHIFT_AGENTS."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class _Declared:
     source: str
     name: str | None = None
     """The entry point's name, which must be the agent's name."""
+    package: str | None = None
+    """The declaring distribution and its version."""
 
 
 def _declared(env: Mapping[str, str]) -> list[_Declared]:
@@ -84,6 +89,7 @@ def _declared(env: Mapping[str, str]) -> list[_Declared]:
             point.value,
             f"entry point {point.name!r} of {point.dist.name if point.dist else 'a package'}",
             point.name,
+            f"{point.dist.name} {point.dist.version}" if point.dist else None,
         )
         for point in entry_points(group=ENTRY_POINT_GROUP)
     ]
@@ -135,7 +141,8 @@ def build(declared: Iterable[_Declared]) -> Registry:
                 f"two agents are named {agent.name!r}: {seen.path} ({seen.source}) and "
                 f"{item.path} ({item.source})"
             )
-        agents.setdefault(agent.name, Registered(agent, item.path, item.source))
+        package = item.package or item.path.partition(":")[0]
+        agents.setdefault(agent.name, Registered(agent, item.path, item.source, package))
     sources: dict[str, tuple[Agent, EventSource]] = {}
     for registered in agents.values():
         for source in registered.agent.event_sources:

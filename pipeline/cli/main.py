@@ -32,6 +32,7 @@ AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
 
 # Each module adds its verbs with `register(add: AddCommand)`.
 COMMAND_MODULES: tuple[str, ...] = (
+    "pipeline.cli.agents",
     "pipeline.cli.schedules",
     "pipeline.cli.operate",
     "pipeline.cli.tokens",
@@ -266,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "worker":
             command.add_argument("--concurrency", type=int, help="steps in flight per process")
             command.add_argument("--name", default="worker@%h", help="node name (%%h: host)")
-        command.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to celery")
+        _passes_through(command, f"celery {name}", WORKER_AGENTS if name == "worker" else "")
 
     flower = add("flower", cmd_flower, "run Flower (basic auth from NIGHTSHIFT_FLOWER_BASIC_AUTH)")
     flower.add_argument(
@@ -276,10 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--no-auth", action="store_true", help="allow an open Flower (local only)")
-    flower.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to flower")
+    _passes_through(flower, "celery flower")
 
     start = add("start", cmd_start, "start a run of AGENT with a JSON input")
-    start.add_argument("agent")
+    start.epilog = "`nightshift agents` lists the registered agents and the input each accepts."
+    start.add_argument("agent", help="a registered agent's name (see `nightshift agents`)")
     start.add_argument(
         "--input", required=True, help='the run input as JSON, e.g. \'{"team": "ops"}\''
     )
@@ -320,12 +322,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+WORKER_AGENTS = (
+    " Agents come from the registry (entry points and NIGHTSHIFT_AGENTS), as in every other "
+    "process: no -I/--include is needed."
+)
+
+
+def _passes_through(command: argparse.ArgumentParser, to: str, more: str = "") -> None:
+    """Options this command does not know go to `to` unchanged, in their order."""
+    command.set_defaults(passthrough=True, celery_args=[])
+    command.epilog = f"Any other option is passed to `{to}` unchanged (e.g. -Q, --pool).{more}"
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:
+        args.celery_args = [arg for arg in unknown if arg != "--"]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("nightshift").setLevel(logging.INFO)
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if args.command not in LONG_RUNNING:  # the closing line says what was started and stopped
         logging.getLogger("nightshift.embedded").setLevel(logging.WARNING)
     try:

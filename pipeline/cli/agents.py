@@ -1,0 +1,84 @@
+"""`nightshift agents`: every registered agent, where it comes from, its tools and its input."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from pipeline.cli.format import print_json
+
+if TYPE_CHECKING:
+    from pipeline.cli.main import AddCommand
+
+FOREVER_SECONDS = 100 * 365 * 86400
+
+
+def register(add: AddCommand) -> None:
+    command = add(
+        "agents",
+        cmd_agents,
+        "list the registered agents: package, prompt version, tools (side effects, approvals) "
+        "and input schema",
+    )
+    command.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    from pipeline.views.agents import describe_agents
+
+    agents = describe_agents()
+    if args.json:
+        print_json(agents)
+        return 0
+    print("\n\n".join(_text(agent) for agent in agents))
+    return 0
+
+
+def _text(agent: dict[str, Any]) -> str:
+    lines = [
+        f"{agent['name']}  ({agent['package']}, {agent['path']})",
+        f"  prompt {agent['prompt_version']}  model: {agent['model']}",
+        f"  input: {_input(agent['input_schema'])}",
+        f"  schedule job: {agent['schedule_job']}",
+    ]
+    if agent["event_sources"]:
+        lines.append(f"  events from: {', '.join(agent['event_sources'])}")
+    width = max((len(t["name"]) for t in agent["tools"]), default=0)
+    for index, tool in enumerate(agent["tools"]):
+        label = "  tools: " if index == 0 else "         "
+        lines.append(f"{label}{tool['name'].ljust(width)}  {_marks(tool)}".rstrip())
+    if not agent["tools"]:
+        lines.append("  tools: none")
+    return "\n".join(lines)
+
+
+def _input(schema: dict[str, Any]) -> str:
+    """`team* (string), date* (string), sources (array)`: * marks a required field."""
+    properties = schema.get("properties") or {}
+    if not properties:
+        return "any JSON object" if schema.get("type") == "object" else str(schema)
+    required = set(schema.get("required") or [])
+    fields = [
+        f"{name}{'*' if name in required else ''} ({spec.get('type', 'any')})"
+        for name, spec in properties.items()
+    ]
+    return ", ".join(fields) + ("   (* required)" if required else "")
+
+
+def _marks(tool: dict[str, Any]) -> str:
+    effect = tool["side_effect"]
+    if effect is None:
+        return "timer: the run waits with no process" if tool["timer"] else "no side effect"
+    marks = [f"side effect on {effect['service']}"]
+    retention = effect["key_retention_seconds"]
+    if effect["honours_keys"] and retention is not None:
+        kept = "forever" if retention > FOREVER_SECONDS else f"{retention / 3600:g} h"
+        marks.append(f"honours keys ({kept})")
+    if effect["lookup"]:
+        marks.append("lookup")
+    if effect["namespace"]:
+        marks.append(f"keys shared in {effect['namespace']!r}")
+    if tool["requires_approval"]:
+        who = ", ".join(tool["approvers"]) or "anyone allowed to approve"
+        marks.append(f"needs approval ({who})")
+    return "; ".join(marks)

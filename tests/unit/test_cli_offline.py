@@ -1,0 +1,75 @@
+"""Commands that need no database: argument parsing (options nightshift does not know reach
+celery unchanged, and only there) and `nightshift agents`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from pipeline.cli.main import main, parse
+from pipeline.registry import registry
+
+
+@pytest.fixture
+def typed_agent_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("NIGHTSHIFT_AGENTS", "tests.fixture_agents:TYPED_REMINDERS")
+    registry.cache_clear()
+    yield
+    monkeypatch.delenv("NIGHTSHIFT_AGENTS")
+    registry.cache_clear()
+
+
+def test_a_worker_passes_celery_options_through_in_their_order() -> None:
+    args = parse(["worker", "-I", "my_module", "-Q", "reports", "--concurrency", "4", "-Ofair"])
+    assert args.concurrency == 4
+    assert args.celery_args == ["-I", "my_module", "-Q", "reports", "-Ofair"]
+    assert parse(["beat", "--", "--max-interval", "5"]).celery_args == ["--max-interval", "5"]
+    assert parse(["flower", "--port", "5556", "--url_prefix=ops"]).celery_args == [
+        "--url_prefix=ops"
+    ]
+
+
+def test_other_commands_still_refuse_options_they_do_not_know(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse(["runs", "--colour"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --colour" in capsys.readouterr().err
+
+
+def test_start_help_points_to_the_agents_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(["start", "--help"])
+    assert "`nightshift agents` lists the registered agents" in capsys.readouterr().out
+
+
+def test_agents_lists_every_agent_with_its_package_tools_and_input(
+    typed_agent_registered: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["agents", "--json"]) == 0
+    agents = {agent["name"]: agent for agent in json.loads(capsys.readouterr().out)}
+
+    # the shipped agents come from nightshift's own entry points, a user's from where it was named
+    report = agents["nightly_report"]
+    assert report["package"].startswith("nightshift ")
+    assert report["registered_by"] == "entry point 'nightly_report' of nightshift"
+    assert report["prompt_version"] == registry().agent("nightly_report").prompt_version
+    assert report["input_schema"]["required"] == ["team", "date"]
+    email = next(t for t in report["tools"] if t["name"] == "send_report_email")
+    assert email["side_effect"]["service"] == "email" and email["side_effect"]["lookup"]
+    assert not email["requires_approval"]
+    pull = next(t for t in agents["patch"]["tools"] if t["name"] == "open_fix_pull_request")
+    assert pull["requires_approval"] and pull["side_effect"]["service"] == "githost"
+    typed = agents["typed_reminders"]
+    assert typed["package"] == "tests.fixture_agents"
+    assert typed["tools"][0]["typed"] and typed["tools"][0]["side_effect"] is None
+
+    # and the text marks side effects and approvals
+    assert main(["agents"]) == 0
+    shown = capsys.readouterr().out
+    assert "typed_reminders  (tests.fixture_agents, tests.fixture_agents:TYPED_REMINDERS)" in shown
+    assert "open_fix_pull_request  side effect on githost; lookup; needs approval" in shown
+    assert "input: team* (string), date* (string)" in shown
