@@ -1,0 +1,1 @@
+"""An example nightshift agent package: see agent.py and ../README.md."""
