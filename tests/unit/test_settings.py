@@ -134,3 +134,22 @@ def test_secret_tool_settings_never_show_in_reprs_and_are_redacted_from_text(tmp
     assert settings.config.redact(said) == (
         "GET https://acme.example/x?token=[redacted] failed (key [redacted])"
     )
+
+
+def test_a_tool_setting_a_tool_needs_counts_as_set_from_the_file_or_the_environment(
+    tmp_path,
+) -> None:
+    from pipeline.tools import tool
+
+    @tool(description="Call Acme.", needs=("acme.url", "acme.token"))
+    def call_acme(context) -> str:  # type: ignore[no-untyped-def]
+        return ""
+
+    config_file = tmp_path / "nightshift.toml"
+    config_file.write_text('[acme]\nurl = "https://acme.example"\n')
+    settings = Settings.from_env(
+        {"NIGHTSHIFT_DATA_DIR": str(tmp_path), "NIGHTSHIFT_CONFIG_FILE": str(config_file)}
+    )
+    assert call_acme.needs == ("NIGHTSHIFT_CONFIG_ACME_URL", "NIGHTSHIFT_CONFIG_ACME_TOKEN")
+    assert settings.is_set("NIGHTSHIFT_CONFIG_ACME_URL")
+    assert not settings.is_set("NIGHTSHIFT_CONFIG_ACME_TOKEN")

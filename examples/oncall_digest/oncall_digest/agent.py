@@ -38,7 +38,7 @@ TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 # -- reading: a typed, read-only tool -------------------------------------------------------
 
 
-@tool
+@tool(needs=("oncall.web_url",))  # a worker without it fails the run at once, reason `config`
 def read_handover(
     source: Annotated[str, Field(pattern="^[a-z0-9-]{1,40}$", description="e.g. oncall")],
     context: ToolContext,
@@ -78,13 +78,14 @@ def find_digest(key: str, digest: Digest, context: ToolContext) -> dict[str, Any
 
 
 @tool(
+    needs=("oncall.email_url",),
     side_effect=SideEffect(
         service="email",
         key=digest_key,
         honours_keys=True,
         key_retention=timedelta(hours=24),
         lookup=find_digest,
-    )
+    ),
 )
 def mail_digest(digest: Digest, context: ToolContext) -> dict[str, Any]:
     """Mail the finished digest to the on-call list (once a night)."""
