@@ -17,6 +17,7 @@ from pipeline.engine.step import Outcome, execute_step
 from pipeline.errors import NoModel
 from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
+from tests.integration.api_fixtures import AUTH, client
 from tests.integration.conftest import ProcessFactory
 from tests.support import run_row, wait_for, wait_for_status
 
@@ -62,14 +63,17 @@ def test_an_agent_without_a_script_is_refused_at_start_when_no_model_is_configur
 ) -> None:
     register_agents("tests.fixture_agents:CLAUDE_ONLY")
 
-    # when it is started with no ANTHROPIC_API_KEY, from code or from the command line
+    # when it is started with no ANTHROPIC_API_KEY, from code, the command line or the API
     with pytest.raises(NoModel) as refused:
         start_run("claude_only", {})
     assert main(["start", "claude_only", "--input", "{}"]) == 2
+    with client() as api:
+        answer = api.post("/runs", json={"agent": "claude_only", "input": {}}, headers=AUTH)
 
     # then it is refused in one line naming the agent and the variable, and nothing is created
     assert str(refused.value) == NO_KEY
     assert capsys.readouterr().err == f"nightshift: {NO_KEY}\n"
+    assert (answer.status_code, answer.json()) == (503, {"error": NO_KEY})
     assert run_count() == 0
 
     # and with a key it starts

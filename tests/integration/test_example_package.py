@@ -1,7 +1,8 @@
-"""A user's agent package (examples/oncall_digest) installed as a distribution of its own, run
-by real workers and started from a service that has only Celery installed: listed, started by
-task name and from the command line, scheduled, and its email sent once though a worker dies
-between the send and the saved reply."""
+"""A user's agent package (examples/oncall_digest: one tool in today's schema= form, one typed)
+installed as a distribution of its own, registered by its entry point, run by real workers and
+started from a service that has only Celery installed: listed, started by task name and from
+the command line, scheduled, and its email sent once though a worker dies between the send and
+the saved reply."""
 
 from __future__ import annotations
 
@@ -113,12 +114,19 @@ def test_a_users_package_is_listed_started_by_name_scheduled_and_sends_each_emai
 ) -> None:
     email = oncall_services
 
+    # the package's own offline tests (the script and the tools) pass where it is installed
+    offline = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                             cwd=EXAMPLE, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+
     # the agent is registered by its package's entry point, like the shipped ones
     listed = {a["name"]: a for a in json.loads(nightshift("agents", "--json"))}
     digest = listed["oncall_digest"]
     assert digest["package"] == f"{DISTRIBUTION} 0.1.0"
     assert digest["registered_by"] == f"entry point 'oncall_digest' of {DISTRIBUTION}"
-    mail = next(t for t in digest["tools"] if t["name"] == "mail_digest")
+    tools = {t["name"]: t for t in digest["tools"]}
+    assert not tools["read_handover"]["typed"] and tools["read_handover"]["side_effect"] is None
+    mail = tools["mail_digest"]
     assert mail["typed"] and mail["side_effect"]["service"] == "email"
 
     # given a worker that dies after its first email went out and before the reply was saved

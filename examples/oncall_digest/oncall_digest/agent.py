@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, Field
@@ -35,23 +35,28 @@ from pipeline import (
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
 
-# -- reading: a typed, read-only tool -------------------------------------------------------
+# -- reading: a read-only tool with a hand-written JSON Schema --------------------------------
 
 
-@tool(needs=("oncall.web_url",))  # a worker without it fails the run at once, reason `config`
-def read_handover(
-    source: Annotated[str, Field(pattern="^[a-z0-9-]{1,40}$", description="e.g. oncall")],
-    context: ToolContext,
-) -> dict[str, Any]:
-    """Read one page of the ops web service (the on-call handover is `oncall`)."""
+@tool(
+    description="Read one page of the ops web service (the on-call handover is `oncall`).",
+    schema={
+        "type": "object",
+        "properties": {"source": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"}},
+        "required": ["source"],
+        "additionalProperties": False,
+    },
+    needs=("oncall.web_url",),  # a worker without it fails the run at once, reason `config`
+)
+def read_handover(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
     base = context.config("oncall.web_url").rstrip("/")
-    response = httpx.get(f"{base}/sources/{source}", timeout=TIMEOUT)
+    response = httpx.get(f"{base}/sources/{args['source']}", timeout=TIMEOUT)
     response.raise_for_status()  # 5xx and timeouts are retried, 4xx go back to the model
     page: dict[str, Any] = response.json()
     return page
 
 
-# -- sending: a side effect through the action protocol -------------------------------------
+# -- sending: a typed tool (its schema derived from Digest), a side effect ------------------
 
 
 class Digest(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from oncall_digest.agent import AGENT, mail_digest, script
+from oncall_digest.agent import AGENT, mail_digest, read_handover, script
 
 from pipeline import Conversation
 
@@ -27,7 +27,10 @@ def test_the_script_reads_the_handover_then_mails_it_once() -> None:
     assert mail_digest.argument_errors(second[-1]["input"]) == []
 
 
-def test_a_wrong_address_is_refused_before_anything_is_sent() -> None:
+def test_the_tools_refuse_wrong_arguments_before_anything_is_called() -> None:
+    assert read_handover.argument_errors({"source": "../etc"}) == [
+        "source: '../etc' does not match '^[a-z0-9-]{1,40}$'"
+    ]
     wrong = {"to": "not an address", "subject": "s", "body": "b"}
     assert mail_digest.argument_errors(wrong) == [
         "to: String should match pattern '^[^@\\s]+@[^@\\s]+$'"
