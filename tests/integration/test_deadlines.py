@@ -38,7 +38,7 @@ from tests.integration.api_fixtures import (
 from tests.integration.conftest import ProcessFactory
 from tests.support import run_row, wait_for_status
 
-PATCH_KEY = "pr:acme/shop:patch/issue-51"
+PATCH_KEY = "approval_only:acme/shop:patch/issue-51"
 LEAD = Actor("lead@example.com", "test")
 
 

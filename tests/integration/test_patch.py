@@ -30,7 +30,7 @@ from tests.support import wait_for, wait_for_status
 
 BUG = {"issue": 42, "repo": DEMO_REPO, "title": "totals are not rounded"}
 BRANCH = "patch/issue-42"
-PR_KEY = f"pr:{DEMO_REPO}:{BRANCH}"
+PR_KEY = f"patch:{DEMO_REPO}:{BRANCH}"
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}
 
 

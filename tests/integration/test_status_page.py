@@ -207,7 +207,7 @@ def test_an_artifact_is_shown_rendered_and_escaped_and_a_long_input_collapsed(
     assert page_client.get(f"/ui/runs/{run_id}/artifacts/999").status_code == 404
 
 
-UNKNOWN_KEY = "pr:acme/shop:patch/issue-8"
+UNKNOWN_KEY = "patch:acme/shop:patch/issue-8"
 
 
 def test_the_needs_attention_view_says_what_to_decide_and_takes_the_decision(
@@ -226,7 +226,7 @@ def test_the_needs_attention_view_says_what_to_decide_and_takes_the_decision(
             update(Run)
             .where(Run.id == unknown_run)
             .values(
-                status=RunStatus.NEEDS_ATTENTION, waiting_on="action:pr:acme/shop:patch/issue-8"
+                status=RunStatus.NEEDS_ATTENTION, waiting_on="action:patch:acme/shop:patch/issue-8"
             )
         )
     csrf = sign_in(page_client)

@@ -181,7 +181,7 @@ def test_start_wait_prints_the_outcome_and_exits_with_its_code(
     # one that waits for an approval: that is the outcome, with what to do
     bug = '{"issue": 61, "repo": "acme/shop", "title": "totals are not rounded"}'
     assert main(["start", "approval_only", "--input", bug, "--wait", "--timeout", "30"]) == 3
-    assert "nightshift approve pr:acme/shop:patch/issue-61" in capsys.readouterr().out
+    assert "nightshift approve approval_only:acme/shop:patch/issue-61" in capsys.readouterr().out
     # and one that outlasts --timeout, as JSON
     code = main(["start", "follow_up", "--input", '{"after_seconds": 60}', "--wait",
                  "--timeout", "2", "--json"])  # fmt: skip
@@ -212,7 +212,7 @@ def test_other_services_wait_for_a_run_through_the_client_helper(
             patch = api.start_run("approval_only", BUG, deadline="10m")
             parked = api.wait_for_run(patch, timeout=60)
             assert (parked.status, parked.needs_person) == ("waiting", True)
-            assert parked.waiting_on == "approval:pr:acme/shop:patch/issue-61"
+            assert parked.waiting_on == "approval:approval_only:acme/shop:patch/issue-61"
             # and one still going when the time is up is returned as it is
             slow = api.start_run("follow_up", {"after_seconds": 60})
             began = time.monotonic()
