@@ -12,10 +12,12 @@ import time
 import uuid
 from collections.abc import Callable
 
+from rich.live import Live
+from rich.text import Text
 from sqlalchemy import func, select
 
 from models import Batch, Run, RunStatus
-from pipeline.cli.format import progress_bar
+from pipeline.cli.format import console, on_terminal, progress_bar
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError, RunNotFound
 from pipeline.views.feed import START, FeedEvent, Subject, latest_position, read
@@ -34,31 +36,78 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     subject, summary = _look_at(args.target)
+    with LiveLine() if on_terminal() else PlainLines() as out:
+        return _follow(args, subject, summary, out)
+
+
+def _follow(
+    args: argparse.Namespace,
+    subject: Subject,
+    summary: Callable[[], tuple[str, bool]],
+    out: PlainLines,
+) -> int:
     give_up = time.monotonic() + args.timeout if args.timeout else None
     line, settled = summary()
-    _print(line)
+    out.line(line)
     after = START if args.history else latest_position(subject)
     while True:
         page = read(subject, after)
         for event in page.events:
-            _print(describe(event, prefix=subject.batch_id is not None))
+            out.line(describe(event, prefix=subject.batch_id is not None))
             after = event.position
         if page.done:
             return 0
         if page.events:
-            settled = summary()[1]
+            line, settled = summary()
+            out.status(line)
         if settled:  # waits for a person to say what happened: nothing moves until then
-            _print("waits for a person (nightshift actions list --state outcome_unknown)")
+            out.line("waits for a person (nightshift actions list --state outcome_unknown)")
             return 0
         if give_up is not None and time.monotonic() > give_up:
-            print("still going; stopped watching (--timeout)")
+            out.line("still going; stopped watching (--timeout)", stamp=False)
             return 1
         if not page.events:
             time.sleep(args.interval)
 
 
-def _print(line: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')}  {line}", flush=True)
+class PlainLines:
+    """One line per event, with the time: for pipes, logs and scripts."""
+
+    def __enter__(self) -> PlainLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def line(self, text: str, stamp: bool = True) -> None:
+        print(f"{time.strftime('%H:%M:%S')}  {text}" if stamp else text, flush=True)
+
+    def status(self, text: str) -> None:
+        """Where things stand now: plain output has only the event lines."""
+
+
+class LiveLine(PlainLines):
+    """On a terminal: the event lines scroll, and the run's or batch's state (a progress bar
+    for a batch) stays at the bottom, updated in place."""
+
+    def __init__(self) -> None:
+        self._live = Live(Text(""), console=console(), refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> LiveLine:
+        self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.__exit__(None, None, None)
+
+    def line(self, text: str, stamp: bool = True) -> None:
+        shown = Text.from_ansi(text)
+        if stamp:
+            shown = Text.assemble((time.strftime("%H:%M:%S"), "dim"), "  ", shown)
+        self._live.console.print(shown)
+
+    def status(self, text: str) -> None:
+        self._live.update(Text.assemble(("now  ", "bold"), Text.from_ansi(text)))
 
 
 def describe(event: FeedEvent, prefix: bool = False) -> str:
