@@ -20,6 +20,7 @@ from pipeline.cli.waiting import wait_and_report
 from pipeline.errors import NightshiftError
 from pipeline.local.demo import run_demo
 from pipeline.migrate import current, upgrade
+from pipeline.registry import get_agent
 from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
@@ -139,6 +140,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.timeout is not None and (not args.wait or args.timeout <= 0):
         raise NightshiftError("--timeout needs --wait and a positive number of seconds")
     started = start_run(args.agent, run_input, args.key, deadline=deadline)
+    _warn_unset_needs(args.agent)
     if args.json:
         if not args.wait:  # with --wait, the outcome is the one JSON document
             print_json({"run_id": str(started.run_id), "created": started.created})
@@ -149,6 +151,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     if args.wait:
         return wait_and_report(started.run_id, args.timeout, args.json)
     return 0
+
+
+def _warn_unset_needs(agent: str) -> None:
+    """The workers' environment decides; this shell's is a good guess of it on a trial."""
+    unset = get_agent(agent).unset_needs(get_settings().is_set)
+    if unset:
+        names = " and ".join(dict.fromkeys(variable for variable, _ in unset))
+        print(
+            f"note: {names} not set here; a worker without them fails the run at once with "
+            'reason config (for a trial: eval "$(nightshift sandbox up)")',
+            file=sys.stderr,
+        )
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
