@@ -4,7 +4,8 @@ only once approved does it commit, push the branch and open the pull request, on
 
 Push is part of the approved side effect: nothing leaves the worker before the approval, and
 what is pushed is exactly the change the approver saw (its base commit and diff are the pull
-request's arguments). Configuration (environment): NIGHTSHIFT_CONFIG_PATCH_GIT_URL, the remote
+request's arguments). Configuration (`context.config`, so the environment or the settings
+file): NIGHTSHIFT_CONFIG_PATCH_GIT_URL (`patch.git_url`), the remote
 with `{repo}` for owner/name (`https://github.com/{repo}.git`, `file:///srv/git/{repo}.git`);
 NIGHTSHIFT_CONFIG_PATCH_TEST_COMMAND (default `python -m unittest`), run in the worktree with
 no shell and a bare environment; NIGHTSHIFT_CONFIG_PATCH_TEST_TIMEOUT (seconds, default 300).
@@ -13,7 +14,6 @@ no shell and a bare environment; NIGHTSHIFT_CONFIG_PATCH_TEST_TIMEOUT (seconds, 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from pipeline import (
@@ -42,17 +42,18 @@ def branch_for(issue: int) -> str:
 
 
 def _config(context: ToolContext) -> gitwork.GitConfig:
-    url = os.environ.get(GIT_URL, "")
+    url = context.config("patch.git_url", "")
     if "{repo}" not in url:
         raise PermanentError(f"{GIT_URL} must name the remote with {{repo}} for owner/name")
     try:
-        timeout = float(os.environ.get(TEST_TIMEOUT) or 300)
+        timeout = float(context.config("patch.test_timeout", "300"))
     except ValueError:
         raise PermanentError(f"{TEST_TIMEOUT} must be a number of seconds") from None
+    command = context.config("patch.test_command", "python -m unittest")
     return gitwork.GitConfig(
         url_template=url,
         workdir=context.settings.data_dir / "patch",
-        test_command=gitwork.test_command(os.environ.get(TEST_COMMAND) or "python -m unittest"),
+        test_command=gitwork.test_command(command),
         test_timeout=timeout,
     )
 

@@ -45,7 +45,7 @@ def remotes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def context(tmp_path: Path, run_input: dict[str, Any] | None = None) -> ToolContext:
-    settings = Settings.from_env({"NIGHTSHIFT_DATA_DIR": str(tmp_path / "data")})
+    settings = Settings.from_env({**os.environ, "NIGHTSHIFT_DATA_DIR": str(tmp_path / "data")})
     return ToolContext(uuid.uuid4(), "patch", "toolu_1", settings, run_input or BUG)
 
 
