@@ -64,6 +64,8 @@ task_queues = (Queue(_settings.queue), Queue(_settings.control_queue))
 task_routes = {
     "pipeline.tick": {"queue": _settings.control_queue},
     "pipeline.fire_schedules": {"queue": _settings.control_queue},
+    # A completion webhook is small and must not wait behind a night of steps.
+    "pipeline.notify": {"queue": _settings.control_queue},
 }
 
 timezone = "UTC"

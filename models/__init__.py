@@ -6,6 +6,7 @@ from models.base import Base
 from models.batch import Alert, Batch
 from models.credential import ApiToken
 from models.journal import JournalEntry
+from models.notification import Notification
 from models.resumption import ResumeCause, Resumption
 from models.run import Run, tokens_used
 from models.run_event import RunEvent
@@ -27,6 +28,7 @@ __all__ = [
     "Event",
     "FireDecision",
     "JournalEntry",
+    "Notification",
     "ResumeCause",
     "Resumption",
     "Run",

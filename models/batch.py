@@ -35,6 +35,8 @@ class Batch(Base):
     stop_reason: Mapped[str | None] = mapped_column(String(64))
     deadline: Mapped[datetime | None]
     """Every run of the batch, its synthesis included, must be finished by then."""
+    notify_url: Mapped[str | None] = mapped_column(String(2000))
+    """POSTed a signed event when the batch ends or one of its runs waits for a person."""
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()
     finished_at: Mapped[datetime | None]

@@ -57,6 +57,8 @@ class Run(Base):
 
     wake_at: Mapped[datetime | None]
     waiting_on: Mapped[str | None] = mapped_column(String(200))
+    notify_url: Mapped[str | None] = mapped_column(String(2000))
+    """POSTed a signed event when the run finishes or starts waiting for a person."""
     deadline: Mapped[datetime | None]
     """The run must be finished by then: a step stops at its next check, and the tick ends a
     waiting run (reason `deadline`) and withdraws its pending approvals."""

@@ -23,6 +23,7 @@ POINTS = frozenset(
         "after_once_committed",
         "before_checkpoint",
         "after_checkpoint_before_enqueue",
+        "after_notify_sent",
     }
 )
 

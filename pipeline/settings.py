@@ -350,6 +350,13 @@ def _config_file(path: str) -> list[tuple[str, str]]:
     return flatten(data, "")
 
 
+def _notify_secret(env: Mapping[str, str]) -> str | None:
+    secret = env.get("NIGHTSHIFT_NOTIFY_SECRET") or None
+    if secret is not None and len(secret) < 16:
+        raise SettingsError("NIGHTSHIFT_NOTIFY_SECRET must be at least 16 characters long")
+    return secret
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything configurable. URLs are None when the embedded default should be used."""
@@ -395,6 +402,8 @@ class Settings:
     """A night runs from noon to noon here, named by its first day."""
     alert_webhook_url: str | None = None
     """Budget alerts are POSTed here as JSON (and always recorded in the alerts table)."""
+    notify_secret: str | None = field(default=None, repr=False)
+    """Signs the completion webhooks sent to runs' and batches' notify_url."""
     anthropic_base_url: str | None = None
     anthropic_api_key: str | None = field(default=None, repr=False)
     flower_basic_auth: str | None = field(default=None, repr=False)
@@ -511,6 +520,7 @@ class Settings:
             nightly_alert_fraction=_fraction(env, "NIGHTSHIFT_NIGHTLY_ALERT_AT", 0.8),
             night_timezone=_timezone(env, "NIGHTSHIFT_NIGHT_TIMEZONE", "UTC"),
             alert_webhook_url=env.get("NIGHTSHIFT_ALERT_WEBHOOK_URL") or None,
+            notify_secret=_notify_secret(env),
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
             flower_basic_auth=env.get("NIGHTSHIFT_FLOWER_BASIC_AUTH") or None,

@@ -167,6 +167,8 @@ class Schedule:
     deadline: timedelta | None = None
     """How long after its slot the slot's run (or every run of its batch) must be finished;
     past it, the run stops with reason `deadline`, waiting or not."""
+    notify_url: str | None = None
+    """Told (a signed POST) when the slot's run or batch ends or waits for a person."""
     cron: Cron = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

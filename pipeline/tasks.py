@@ -12,6 +12,7 @@ from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from pipeline.app import app, send_step
 from pipeline.engine.holders import holder_here
+from pipeline.engine.notify import deliver
 from pipeline.engine.step import Outcome
 from pipeline.engine.time_limit import execute_bounded_step
 from pipeline.registry import registry
@@ -60,13 +61,23 @@ def start_run(
     input: dict[str, Any],
     idempotency_key: str | None = None,
     deadline: float | str | None = None,
+    notify_url: str | None = None,
 ) -> str:
     """Start a run from another service: `start_run.delay(agent, input, key).get()` is its id.
 
     `deadline`: seconds from now, a duration (`"15m"`) or an ISO-8601 time with a timezone.
+    `notify_url`: POSTed a signed event when the run finishes or waits for a person.
     """
     parsed = parse_deadline(deadline)
-    return str(start.start_run(agent, input, idempotency_key, deadline=parsed).run_id)
+    started = start.start_run(agent, input, idempotency_key, deadline=parsed, notify_url=notify_url)
+    return str(started.run_id)
+
+
+@app.task(name="pipeline.notify", ignore_result=True)
+def notify(notification_id: int) -> str:
+    """Send one completion webhook (a run's or a batch's notify_url), or skip it if another
+    sender holds it or it was delivered."""
+    return deliver(notification_id).value
 
 
 @app.task(
@@ -114,6 +125,7 @@ def tick_task() -> dict[str, int]:
         "resumed": len(report.resumed),
         "woken": len(report.woken),
         "expired": len(report.expired),
+        "notified": len(report.notified),
     }
 
 

@@ -27,6 +27,7 @@ from pipeline.api.base import ApiConfig, ApiError, describe_validation
 from pipeline.api.replays import first_delivery
 from pipeline.api.tokens import Authenticated
 from pipeline.db import broker_url, database_url
+from pipeline.engine import signatures
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.decisions import Actor, decide
@@ -125,6 +126,14 @@ class StartRun(BaseModel):
         default=None, description=DEADLINE_HELP, examples=["2h", 3600, "2026-11-30T06:00:00Z"]
     )
 
+    notify_url: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="POSTed a signed JSON event (run.finished, run.waiting) when the run "
+        "finishes or starts waiting for a person; each event once per Idempotency-Key.",
+        examples=["https://ops.example.com/hooks/nightshift"],
+    )
+
     @field_validator("deadline", mode="before")
     @classmethod
     def _not_a_boolean(cls, value: object) -> object:
@@ -186,8 +195,9 @@ async def start(
 
     deadline = parse_deadline(body.deadline, "field 'deadline'")
     started = await run_in_threadpool(
-        start_run, body.agent, body.input, idempotency_key, deadline=deadline
-    )
+        start_run, body.agent, body.input, idempotency_key, deadline=deadline,
+        notify_url=body.notify_url,
+    )  # fmt: skip
     response.headers["Location"] = f"/runs/{started.run_id}"
     if not started.created:
         response.status_code = 200
@@ -294,9 +304,9 @@ def _signed(secret_variable: str, *, bearer_too: bool) -> dict[str, Any]:
     return {
         **security,
         "parameters": [
-            {"name": webhooks.TIMESTAMP_HEADER, "in": "header", "required": True,
+            {"name": signatures.TIMESTAMP_HEADER, "in": "header", "required": True,
              "schema": {"type": "string"}, "description": "Unix seconds; at most 5 minutes off."},
-            {"name": webhooks.SIGNATURE_HEADER, "in": "header", "required": True,
+            {"name": signatures.SIGNATURE_HEADER, "in": "header", "required": True,
              "schema": {"type": "string"},
              "description": f"v2=<hex HMAC-SHA256({secret_variable}, "
                             'f"{timestamp}\\n{METHOD}\\n{path}\\n" + raw body)>; each '
@@ -318,18 +328,18 @@ async def signed_body(
         raise ApiError(503, f"this webhook is disabled: {variable} is not set")
     raw = await request.body()
     try:
-        digest = webhooks.verify(
+        digest = signatures.verify(
             secret,
-            request.headers.get(webhooks.TIMESTAMP_HEADER),
-            request.headers.get(webhooks.SIGNATURE_HEADER),
+            request.headers.get(signatures.TIMESTAMP_HEADER),
+            request.headers.get(signatures.SIGNATURE_HEADER),
             request.method,
             request.scope["path"],  # percent-decoded, as routed: %3A and : sign the same
             raw,
         )
-    except webhooks.BadSignature as exc:
+    except signatures.BadSignature as exc:
         raise ApiError(401, str(exc)) from None
     key = webhooks.replay_key(digest, credential)
-    if not await run_in_threadpool(first_delivery, key, webhooks.TOLERANCE_SECONDS):
+    if not await run_in_threadpool(first_delivery, key, signatures.TOLERANCE_SECONDS):
         raise ApiError(
             401,
             "this signed request was already received (a replay); sign each delivery anew, "

@@ -139,7 +139,9 @@ def cmd_start(args: argparse.Namespace) -> int:
     deadline = parse_deadline(args.deadline, "--deadline")
     if args.timeout is not None and (not args.wait or args.timeout <= 0):
         raise NightshiftError("--timeout needs --wait and a positive number of seconds")
-    started = start_run(args.agent, run_input, args.key, deadline=deadline)
+    started = start_run(
+        args.agent, run_input, args.key, deadline=deadline, notify_url=args.notify_url
+    )
     _warn_unset_needs(args.agent)
     if args.json:
         if not args.wait:  # with --wait, the outcome is the one JSON document
@@ -304,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--deadline",
         help="finish by then or stop with reason deadline (waiting runs too): seconds, a "
         "duration like 15m or 2h, or an ISO-8601 time with a timezone",
+    )
+    start.add_argument(
+        "--notify-url",
+        help="POST a signed event there when the run finishes or waits for a person",
     )
     start.add_argument(
         "--wait",

@@ -57,7 +57,7 @@ from pipeline.keys import cut_key, model_key, note_key
 from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
 from pipeline.retry import RetryPolicy, call_with_retries
-from pipeline.runs import fanout
+from pipeline.runs import fanout, notify
 from pipeline.runs.waits import is_settled_txn, withdraw_approvals_txn
 from pipeline.settings import Settings, get_settings
 
@@ -398,6 +398,7 @@ class StepRunner:
                     **RELEASED,
                 )
             )
+            notify.dispatch_new_txn(session)  # a wait for a person may be worth telling
         log.info("parked: %s on %s", park.status, park.waiting_on)
         return StepResult(Outcome.STOPPED, run.id)
 
@@ -433,6 +434,7 @@ class StepRunner:
                 fanout.synthesis_finished_txn(session, run.id, status)
                 if run.batch_id:
                     fanout.child_finished_txn(session, run.batch_id)
+                notify.dispatch_new_txn(session)  # its notify_url's, and its batch's
         log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
         if changed and status.is_terminal():
             instruments.RUNS_FINISHED.labels(run.agent, status.value, reason).inc()

@@ -12,6 +12,7 @@ from models import Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound
 from pipeline.logs import get_logger
+from pipeline.runs.notify import dispatch_new_txn
 from pipeline.runs.waits import withdraw_approvals_txn
 
 log = get_logger("nightshift.cancel")
@@ -49,6 +50,7 @@ def cancel_run_txn(
         update(Run).where(Run.id == run_id, Run.cancel_requested.is_(False)).values(**values)
     )
     withdraw_approvals_txn(session, Run.id == run_id, reason)
+    dispatch_new_txn(session)
     new = RunStatus.CANCELLED if status.is_parked() else status
     log.info("run %s: cancel requested by %s (%s)", run_id, by, new)
     return CancelResult(run_id, new)

@@ -16,6 +16,7 @@ from models import Batch, BatchStatus, Run, RunStatus
 from pipeline.agent import BatchPlan
 from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
+from pipeline.runs.notify import check_notify_url
 from pipeline.runs.start import create_run_txn
 
 log = get_logger("nightshift.fanout")
@@ -31,10 +32,15 @@ class CreatedBatch:
 
 
 def create_batch_txn(
-    session: Session, plan: BatchPlan, *, deadline: datetime | None = None
+    session: Session,
+    plan: BatchPlan,
+    *,
+    deadline: datetime | None = None,
+    notify_url: str | None = None,
 ) -> CreatedBatch:
     """Create the batch and its children once; the children start after the commit. Every
-    run of the batch, the synthesis too, must be finished by `deadline`."""
+    run of the batch, the synthesis too, must be finished by `deadline`; `notify_url` hears
+    when the batch ends and when any of its runs waits for a person."""
     inserted = session.execute(
         insert(Batch)
         .values(
@@ -45,6 +51,7 @@ def create_batch_txn(
             cost_cap_usd=plan.cost_cap_usd,
             tool_call_cap=plan.tool_call_cap,
             deadline=deadline,
+            notify_url=check_notify_url(notify_url),
         )
         .on_conflict_do_nothing(index_elements=["id"])
         .returning(Batch.id)

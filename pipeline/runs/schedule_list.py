@@ -19,7 +19,8 @@ syntax: `*`, `5`, `1-5`, `*/15`, `mon-fri`, lists with commas; all fields must m
 (an IANA name; default UTC), params (an object for the agent's job; by default the run's
 input), missed (skip | once | all; default once), catch_up_minutes (default 360), overlap
 (allow | skip | buffer_one | cancel_other; default skip), deadline_minutes (the slot's run, or
-every run of its batch, must be finished this long after the slot; default none).
+every run of its batch, must be finished this long after the slot; default none), notify_url
+(told when the slot's run or batch ends or waits for a person; default none).
 """
 
 from __future__ import annotations

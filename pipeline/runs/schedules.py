@@ -68,10 +68,13 @@ def start_job_txn(session: Session, schedule: Schedule, slot: datetime) -> Start
     plan = agent.job(context)
     # Counted from the slot, not from now: a caught-up slot has less time left, not more.
     deadline = slot + schedule.deadline if schedule.deadline is not None else None
+    notify_url = schedule.notify_url
     if isinstance(plan, BatchPlan):
-        create_batch_txn(session, plan, deadline=deadline)
+        create_batch_txn(session, plan, deadline=deadline, notify_url=notify_url)
         return Started(batch_id=plan.batch_id)
-    started = create_run_txn(session, agent.name, plan.input, context.key, deadline=deadline)
+    started = create_run_txn(
+        session, agent.name, plan.input, context.key, deadline=deadline, notify_url=notify_url
+    )
     return Started(run_id=started.run_id)
 
 

@@ -21,6 +21,7 @@ from pipeline.errors import InputTooLarge, InvalidInput, NightshiftError, NoMode
 from pipeline.keys import check_key
 from pipeline.registry import get_agent
 from pipeline.runs.deadlines import Deadline
+from pipeline.runs.notify import check_notify_url
 from pipeline.settings import get_settings
 
 
@@ -79,6 +80,7 @@ def create_run_txn(
     parent_id: uuid.UUID | None = None,
     batch_id: str | None = None,
     deadline: Deadline | None = None,
+    notify_url: str | None = None,
 ) -> StartedRun:
     """Create the run unless the key already names one; raise on a different request.
 
@@ -97,6 +99,7 @@ def create_run_txn(
         "parent_id": parent_id,
         "batch_id": batch_id,
         "deadline": _deadline_value(deadline),
+        "notify_url": check_notify_url(notify_url),
         "max_steps": agent.max_steps,
         "state": {},
         "code_version": code_version(),
@@ -133,7 +136,11 @@ def start_run(
     idempotency_key: str | None = None,
     *,
     deadline: Deadline | None = None,
+    notify_url: str | None = None,
 ) -> StartedRun:
     """Create the run; its first step goes to a worker once this commits."""
     with transaction() as session:
-        return create_run_txn(session, agent_name, run_input, idempotency_key, deadline=deadline)
+        return create_run_txn(
+            session, agent_name, run_input, idempotency_key, deadline=deadline,
+            notify_url=notify_url,
+        )  # fmt: skip

@@ -17,6 +17,7 @@ from pipeline.db import transaction
 from pipeline.logs import get_logger
 from pipeline.runs import fanout
 from pipeline.runs.expiry import expire_parked_txn
+from pipeline.runs.notify import dispatch_due_txn
 from pipeline.runs.waits import wake_due_timers_txn, wake_settled_txn
 from pipeline.settings import Settings, get_settings
 
@@ -58,6 +59,8 @@ class TickReport:
     woken: list[uuid.UUID]
     expired: list[uuid.UUID] = field(default_factory=list)
     """Waiting runs ended because their deadline passed."""
+    notified: list[int] = field(default_factory=list)
+    """Notifications handed to a worker to send (again)."""
 
 
 def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
@@ -74,8 +77,10 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
         expired = expire_parked_txn(session, limit)
         woken = wake_due_timers_txn(session, limit) + wake_settled_txn(session, limit)
         fanout.ready_batches_txn(session)
+        # Last: notifications the transitions above owe, retries due, senders that died.
+        notified = dispatch_due_txn(session, grace, limit)
     if orphans:
         log.info("tick: resumed %d run(s) with no live worker", len(orphans))
     if woken:
         log.info("tick: woke %d run(s) whose timer is due or whose decision was made", len(woken))
-    return TickReport([r.id for r in orphans], woken, expired)
+    return TickReport([r.id for r in orphans], woken, expired, notified)

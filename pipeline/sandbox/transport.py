@@ -26,6 +26,8 @@ class Request:
     body: Any
     params: dict[str, str] = field(default_factory=dict)
     """Values captured by the route's `{name}` placeholders."""
+    raw: bytes = b""
+    """The body as it arrived (what a signature covers)."""
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -116,7 +118,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except ValueError:
             response = Response(400, app.error_body(400, "the body is not valid JSON", {}))
         else:
-            request = Request(self.command, url.path, dict(parse_qsl(url.query)), headers, body)
+            request = Request(
+                self.command, url.path, dict(parse_qsl(url.query)), headers, body, raw=raw
+            )
             try:
                 response = app.dispatch(request)
             except Hangup:

@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from models import RunStatus
-from pipeline.db import transaction
+from pipeline.db import read_only
 from pipeline.errors import InvalidInput, RunNotFound
 from pipeline.keys import EntryKind, entry_kind
 from pipeline.runs.summaries import describe, summarize
@@ -113,7 +113,7 @@ def parse_position(given: str | None) -> Position:
 
 def check_subject(subject: Subject) -> None:
     """RunNotFound or UnknownBatch unless the run or batch exists."""
-    with transaction() as session:
+    with read_only() as session:
         if subject.run_id is not None:
             found = session.execute(
                 text("SELECT 1 FROM runs WHERE id = :run_id"), subject.params()
@@ -139,7 +139,7 @@ class Page:
 
 def read(subject: Subject, after: Position = START, limit: int = 500) -> Page:
     """The next events after `after`, oldest first."""
-    with transaction() as session:
+    with read_only() as session:
         events = _events_txn(session, subject, after, limit)
         done = False if events else _done_txn(session, subject, after)
     return Page(events, done)
@@ -154,7 +154,7 @@ def latest_position(subject: Subject) -> Position:
          ORDER BY e.xid DESC, e.id DESC LIMIT 1
         """
     )
-    with transaction() as session:
+    with read_only() as session:
         row = session.execute(query, subject.params()).first()
     return START if row is None else (row.xid, row.id)
 

@@ -18,7 +18,7 @@ import psycopg
 from sqlalchemy import select
 
 from models import Run, RunStatus
-from pipeline.db import libpq_url, transaction
+from pipeline.db import libpq_url, read_only
 from pipeline.errors import RunNotFound
 from pipeline.keys import Wait, WaitKind
 
@@ -73,7 +73,7 @@ class Outcome:
 
 
 def outcome(run_id: uuid.UUID) -> Outcome:
-    with transaction() as session:
+    with read_only() as session:
         row = session.execute(
             select(
                 Run.status,

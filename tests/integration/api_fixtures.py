@@ -22,8 +22,8 @@ from pipeline.agents.price_synthesis import PRICING_APPROVER
 from pipeline.api.base import ApiConfig
 from pipeline.api.server import create_app
 from pipeline.api.tokens import create_token
-from pipeline.api.webhooks import signed_headers
 from pipeline.db import transaction
+from pipeline.engine.signatures import signed_headers
 from pipeline.runs.decisions import Actor
 from pipeline.runs.start import create_run_txn
 

@@ -12,6 +12,7 @@ import pytest
 from pipeline.local.processes import CeleryProcess
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.git_repos import seed_demo_repository, url_template
+from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
@@ -44,6 +45,21 @@ def sandbox(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     email.stop()
     messages.stop()
     web.stop()
+
+
+@pytest.fixture
+def githost(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GitHostSandbox]:
+    """The git host service alone (pull requests); the scripted model answers."""
+    from pipeline.settings import get_settings
+
+    sandbox = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
+    monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", sandbox.url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    get_settings.cache_clear()
+    yield sandbox
+    sandbox.stop()
 
 
 ProcessFactory = Callable[..., CeleryProcess]

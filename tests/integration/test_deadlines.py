@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
@@ -23,7 +22,6 @@ from pipeline.runs.schedules import check_schedule
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.sandbox.githost import GitHostSandbox
-from pipeline.settings import get_settings
 from pipeline.slots import Schedule
 from tests.integration.api_fixtures import (
     AUTH,
@@ -52,18 +50,6 @@ def seconds_left(run_id: uuid.UUID) -> float:
 def move_deadline(run_id: uuid.UUID, by: timedelta) -> None:
     with transaction() as session:
         session.execute(update(Run).where(Run.id == run_id).values(deadline=func.now() + by))
-
-
-@pytest.fixture
-def githost(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[GitHostSandbox]:
-    sandbox = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
-    monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", sandbox.url)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the scripted model answers
-    get_settings.cache_clear()
-    yield sandbox
-    sandbox.stop()
 
 
 def test_a_run_waiting_for_approval_ends_at_its_deadline_and_its_approval_is_refused(

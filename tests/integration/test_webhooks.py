@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from models import ActionState, Event, Run, RunStatus
 from pipeline.api.tokens import revoke_token
-from pipeline.api.webhooks import BadSignature, signature, verify
+from pipeline.engine.signatures import BadSignature, signature, verify
 from tests.integration.api_fixtures import (
     APPROVAL_SECRET,
     EVENT_SECRET,
