@@ -18,6 +18,7 @@ REDUCED: dict[str, list[str]] = {
     "flat_cost": ["--late", "300", "--old-rows", "200000"],
     "time_to_resume": ["--trials", "2", "--leases", "fast"],
     "metrics_scrape": ["--large", "20000", "--repeat", "10"],
+    "live_progress": ["--blocks", "2", "--steps", "20", "--waiters", "20", "--idle", "10"],
 }
 
 
