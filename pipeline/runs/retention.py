@@ -4,8 +4,9 @@ A run is compacted when it finished more than NIGHTSHIFT_RETENTION_DAYS (default
 Kept: the run row (status, result, stop_reason, error, usage, input) and every action row
 (state, decision, decided_by, result). Replaced: each journal payload, by
 `{"compacted": true, "summary": <its one-line summary>}`. Deleted: artifact files (the rows
-stay, with `deleted_at`). A run with an open obligation (an action pending approval, attempted
-or with an unknown outcome) is never compacted: someone may still need the details.
+stay, with `deleted_at`), the run's progress-feed events and its settled notifications. A run
+with an open obligation (an action pending approval, attempted or with an unknown outcome) is
+never compacted: someone may still need the details.
 """
 
 from __future__ import annotations
@@ -20,16 +21,27 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Text, and_, cast, exists, func, or_, select, true, update
+from sqlalchemy import Text, and_, cast, delete, exists, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
-from models import Action, ActionState, Artifact, JournalEntry, Run, RunStatus
+from models import (
+    Action,
+    ActionState,
+    Artifact,
+    JournalEntry,
+    Notification,
+    Run,
+    RunEvent,
+    RunStatus,
+)
 from pipeline.db import transaction
 from pipeline.errors import SettingsError
 from pipeline.runs.summaries import summarize
 from pipeline.settings import Settings, get_settings
 
 log = logging.getLogger("nightshift.retention")
+
+_SETTLED_NOTIFICATIONS = (ActionState.CONFIRMED, ActionState.FAILED)
 
 OPEN_OBLIGATIONS = (
     ActionState.PENDING_APPROVAL,
@@ -209,6 +221,14 @@ def _compact_txn(session: Session, run_id: uuid.UUID, root: Path, report: Cleanu
             ],
         )
     _delete_files_txn(session, run_id, root, report)
+    # The progress feed and the delivered (or abandoned) notifications served people while
+    # the run was live; the journal's summaries and the run row are its record now.
+    session.execute(delete(RunEvent).where(RunEvent.run_id == run_id))
+    session.execute(
+        delete(Notification).where(
+            Notification.run_id == run_id, Notification.state.in_(_SETTLED_NOTIFICATIONS)
+        )
+    )
     return True
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import func, select, text, update
 
-from models import Action, ActionState, Artifact, JournalEntry, Run, RunStatus
+from models import Action, ActionState, Artifact, JournalEntry, Run, RunEvent, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.engine import artifacts
@@ -117,6 +117,12 @@ def night(db_url: str) -> dict[str, tuple[uuid.UUID, Path]]:
 COMPACTED = {"old succeeded", "old failed"}
 
 
+def feed_events(run_id: uuid.UUID) -> int:
+    with transaction() as session:
+        found = session.scalar(select(func.count()).where(RunEvent.run_id == run_id))
+    return int(found or 0)
+
+
 def test_a_dry_run_says_what_would_go_and_changes_nothing(
     night: dict[str, tuple[uuid.UUID, Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -161,10 +167,12 @@ def test_cleanup_compacts_only_old_finished_runs_without_obligations(
             }
             assert tool["compacted"] is True and tool["summary"].startswith("fetch_source -> ok")
             assert not path.exists() and artifact_deleted(run_id)
+            assert feed_events(run_id) == 0  # the live feed served its purpose
         else:
             # and every other run is untouched
             assert entries == [(MODEL_REPLY, False), (TOOL_RESULT, False)], name
             assert path.exists() and not artifact_deleted(run_id), name
+            assert feed_events(run_id) > 0, name
 
     # and the compact record stays: status, result, reason, usage and the key decisions
     with transaction() as session:
