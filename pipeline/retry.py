@@ -10,9 +10,8 @@ from typing import TypeVar
 
 import httpx
 
-from pipeline.errors import PermanentError, TemporaryError
+from pipeline.errors import PermanentError, TemporaryError, redact_urls
 from pipeline.logs import get_logger
-from pipeline.settings import redact_urls
 
 T = TypeVar("T")
 log = get_logger("nightshift.retry")

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
-from pipeline.errors import PermanentError, SettingsError
+from pipeline.errors import PermanentError, SettingsError, redact_url
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 CONFIG_PREFIX = "NIGHTSHIFT_CONFIG_"
@@ -27,41 +27,6 @@ nightshift writes what a tool said (journal, actions, logs) and never shown."""
 REDACTED = "[redacted]"
 STEP_GIVE_UP_SECONDS = 10.0
 """Past its time limit and the lease, a step has given its run up (engine/time_limit.py)."""
-
-
-# -- URLs as they may be shown: credentials out of reprs, logs and the journal ----------------
-
-HIDDEN = "***"
-_URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
-_WEB = frozenset({"http", "https", "ws", "wss"})
-
-
-def redact_url(url: str) -> str:
-    """`postgresql://app:s3cret@db/x?sslpassword=y` -> `postgresql://app:***@db/x?***`.
-
-    A lone user name stays for databases and brokers (it says which account); on the web a
-    lone user part is a token (`https://TOKEN@host`) and is hidden too.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return HIDDEN
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user, has_password, _ = userinfo.partition(":")
-        if has_password:
-            userinfo = f"{user}:{HIDDEN}"
-        elif parts.scheme.lower() in _WEB:
-            userinfo = HIDDEN
-        netloc = f"{userinfo}@{host}"
-    query = HIDDEN if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def redact_urls(text: str) -> str:
-    """Every URL in a message (an HTTP error names the URL it failed on) redacted."""
-    return _URL.sub(lambda match: redact_url(match.group(0)), text)
 
 
 def _postgres_url(name: str, raw: str) -> str:
@@ -378,6 +343,9 @@ class Settings:
     step_time_limit: float = 600.0
     """A step's time bound, enforced by the engine in every pool (pipeline/engine/time_limit.py)."""
     visibility_timeout: float = 3600.0
+    service_retry_seconds: float = 300.0
+    """A side effect whose service kept failing (nothing in flight) is tried again this much
+    later, from a durable timer."""
     worker_lost_max_retries: int = 3
     worker_concurrency: int = 16
     worker_heartbeat_seconds: float = 10.0
@@ -503,6 +471,7 @@ class Settings:
             else None,
             step_time_limit=step_limit,
             visibility_timeout=visibility,
+            service_retry_seconds=_number(env, "NIGHTSHIFT_SERVICE_RETRY_SECONDS", 300.0, 1.0),
             worker_lost_max_retries=int(_number(env, "NIGHTSHIFT_WORKER_LOST_MAX_RETRIES", 3)),
             worker_concurrency=int(_number(env, "NIGHTSHIFT_WORKER_CONCURRENCY", 16, 1)),
             worker_heartbeat_seconds=_number(env, "NIGHTSHIFT_WORKER_HEARTBEAT_SECONDS", 10.0, 1),

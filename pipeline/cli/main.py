@@ -17,14 +17,14 @@ import pipeline.embedded as embedded
 from pipeline.cli.failures import LONG_RUNNING, describe, stop_what_this_command_started
 from pipeline.cli.format import print_json, table
 from pipeline.cli.waiting import wait_and_report
-from pipeline.errors import NightshiftError
+from pipeline.errors import NightshiftError, redact_url
 from pipeline.local.demo import run_demo
 from pipeline.migrate import current, upgrade
 from pipeline.registry import get_agent
 from pipeline.runs.deadlines import parse_deadline
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
-from pipeline.settings import get_settings, redact_url
+from pipeline.settings import get_settings
 from pipeline.views.liveness import QueueLiveness, queue_liveness, stall
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 

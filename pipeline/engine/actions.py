@@ -28,11 +28,12 @@ from pipeline.errors import (
     PermanentError,
     StatusConflict,
     StopStep,
+    redact_urls,
 )
 from pipeline.keys import Wait, approval_wait, check_key, person_wait, retry_wait
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, classify
-from pipeline.settings import Settings, redact_urls
+from pipeline.settings import Settings
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput, once_scope
 
 if TYPE_CHECKING:
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 log = get_logger("nightshift.actions")
 
 RESEND_POLICY = RetryPolicy(attempts=3, base_seconds=0.5, cap_seconds=5.0)
-RETRY_LATER = timedelta(minutes=5)
-"""When the service kept failing and nothing is in flight, the run waits this long, then tries
-again (a durable timer, no process held)."""
 
 
 class ParkRun(StopStep):
@@ -92,8 +90,10 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     if action.state is ActionState.INTENDED:
         # The last resend never went out: nothing is unknown, the service is down. A person
         # could not resolve this (their decisions need outcome_unknown): try again later.
-        log.warning("action %s: the service kept failing; trying again in %s", key, RETRY_LATER)
-        raise ParkRun(RunStatus.WAITING, retry_wait(key), wake_at=action.now + RETRY_LATER)
+        # Nothing in flight: the run waits on a durable timer (no process held), then tries again.
+        later = timedelta(seconds=context.settings.service_retry_seconds)
+        log.warning("action %s: the service kept failing; trying again in %s", key, later)
+        raise ParkRun(RunStatus.WAITING, retry_wait(key), wake_at=action.now + later)
     _park_for_person(call.lease, key, "the service kept failing; the outcome is unknown")
     raise AssertionError("unreachable: parking raises")
 

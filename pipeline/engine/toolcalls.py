@@ -20,10 +20,10 @@ from pipeline.engine.actions import perform, record_proposal
 from pipeline.engine.leases import Lease, fenced
 from pipeline.engine.once import JournalOnce
 from pipeline.engine.timers import await_timer
-from pipeline.errors import PermanentError, TemporaryError
+from pipeline.errors import PermanentError, TemporaryError, redact_urls
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, call_with_retries
-from pipeline.settings import Settings, redact_urls
+from pipeline.settings import Settings
 from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput, once_scope
 
 log = get_logger("nightshift.tools")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from pipeline.errors import redact_url, redact_urls
 from pipeline.retry import classify
-from pipeline.settings import Settings, redact_url, redact_urls
+from pipeline.settings import Settings
 
 
 @pytest.mark.parametrize(
