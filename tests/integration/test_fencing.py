@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import func, insert, select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from models import Action, ActionState, JournalEntry, Run
 from pipeline.db import transaction
@@ -96,3 +99,28 @@ def test_a_late_heartbeat_cannot_revive_a_lease_the_step_handed_off(db_url: str)
     assert not renew(lease, lease_seconds=30)
     # then the next step's message can still claim the run at once
     assert claim(run_id, "worker-b", lease_seconds=30) is not None
+
+
+def test_a_transaction_left_idle_by_a_cut_off_worker_does_not_lock_its_run_for_long(
+    db_url: str,
+) -> None:
+    from pipeline.settings import get_settings
+
+    lease = get_settings().lease_seconds
+    run_id = new_run()
+    first = claim(run_id, "worker-a", lease_seconds=lease)
+    assert first is not None
+    expire_lease(run_id)
+    # given a worker that locked its run's row in a transaction and then went silent (its
+    # network cut: PostgreSQL sees a session idle in a transaction)
+    silenced = pytest.raises(DBAPIError, match=r"idle-in-transaction|terminat|closed")
+    with silenced, fenced(first) as session:
+        started = time.monotonic()
+        # when another worker wants the run, its lease having run out
+        with ThreadPoolExecutor(1) as pool:
+            taken = pool.submit(claim, run_id, "worker-b", lease).result(timeout=lease + 10)
+            waited = time.monotonic() - started
+        session.execute(text("SELECT 1"))  # the silent worker's next statement
+    # then PostgreSQL ended the idle session after a lease, and the other worker got the run
+    assert taken is not None and taken.fence == first.fence + 1
+    assert lease - 1 < waited < lease + 5
