@@ -293,13 +293,16 @@ class Scratch:
         concurrency: int = 1,
         env: dict[str, str] | None = None,
         wait: bool = True,
+        wrap: list[str] | None = None,
     ) -> CeleryProcess:
+        """`wrap`: run it under that argv prefix (a worker host's, bench/scale_out.py)."""
         process = BenchProcess(
             name=name,
             log_path=self.log_dir / f"{name}.log",
             env=env or {},
             pool=pool,
             concurrency=concurrency,
+            wrap=wrap or [],
         )
         self.processes.append(process)
         return process.start(wait=wait)

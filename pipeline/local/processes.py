@@ -49,6 +49,8 @@ class CeleryProcess:
     concurrency: int = 4
     pool: str = "threads"
     beat: bool = False
+    wrap: list[str] = field(default_factory=list)
+    """An argv prefix the process runs under, e.g. a network namespace's (pipeline.chaos)."""
     process: subprocess.Popen[bytes] | None = None
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -61,9 +63,9 @@ class CeleryProcess:
         celery = [sys.executable, "-m", "celery", "-A", "pipeline"]
         if self.beat:
             schedule = self.log_path.with_suffix(".schedule")
-            return [*celery, "beat", "--loglevel=INFO", f"--schedule={schedule}"]
+            return [*self.wrap, *celery, "beat", "--loglevel=INFO", f"--schedule={schedule}"]
         return [
-            *celery, "worker", "-n", self.nodename, "--loglevel=INFO",
+            *self.wrap, *celery, "worker", "-n", self.nodename, "--loglevel=INFO",
             f"--pool={_POOL_ALIASES.get(self.pool, self.pool)}",
             f"--concurrency={self.concurrency}",
             "--without-mingle", "--without-gossip",

@@ -61,9 +61,11 @@ class SandboxServer:
     """A loopback JSON service: routes by method and path, logs side effects, has a movable clock.
 
     Control endpoints every service has: `POST /_control/delay {"seconds"}` (pause before
-    replying to a write, after its side effect is logged), `POST /_control/advance {"seconds"}`
-    (move the service clock forward), `POST /_control/reset` (clear injected faults and delay),
-    `GET /_control/deliveries` (the delivery log).
+    replying to a write, after its side effect is logged), `POST /_control/status-after-work
+    {"status"}` (carry writes out, then answer them with that error; null to stop),
+    `POST /_control/advance {"seconds"}` (move the service clock forward),
+    `POST /_control/reset` (clear injected faults and delay), `GET /_control/deliveries` (the
+    delivery log).
     """
 
     service: ClassVar[str] = "sandbox"
@@ -74,22 +76,25 @@ class SandboxServer:
             log_path = log_dir / f"{self.service}.jsonl"
         self.log = DeliveryLog(Path(log_path))
         self.delay_seconds = 0.0
+        self.status_after_work: int | None = None
+        """Answer writes with this error status after doing them (a reply that lies)."""
         self._clock_offset = 0.0
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self._stopping = threading.Event()
         self._httpd: LoopbackServer | None = None
         self._thread: threading.Thread | None = None
         self.route("POST", "/_control/delay", self._set_delay)
+        self.route("POST", "/_control/status-after-work", self._set_status_after_work)
         self.route("POST", "/_control/advance", self._advance)
         self.route("POST", "/_control/reset", self._reset)
         self.route("GET", "/_control/deliveries", lambda _: Response(200, self.log.entries()))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> Self:
+    def start(self, host: str = "127.0.0.1") -> Self:
         if self._httpd is not None:
             raise RuntimeError(f"{self.service} sandbox already started")
-        self._httpd = LoopbackServer(self)
+        self._httpd = LoopbackServer(self, host=host)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -119,7 +124,8 @@ class SandboxServer:
     def url(self) -> str:
         if self._httpd is None:
             raise RuntimeError(f"{self.service} sandbox is not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     # -- for subclasses ----------------------------------------------------------------------
 
@@ -151,6 +157,7 @@ class SandboxServer:
     def reset(self) -> None:
         """Clear injected faults and delays; data and the delivery log stay."""
         self.delay_seconds = 0.0
+        self.status_after_work = None
 
     def error_body(self, status: int, message: str, extra: dict[str, Any]) -> Any:
         return {"error": message, **extra}
@@ -164,6 +171,11 @@ class SandboxServer:
             response = Response(e.status, self.error_body(e.status, e.message, e.extra))
         if request.method in WRITE_METHODS and not request.path.startswith("/_control/"):
             self.sleep(self.delay_seconds)
+            if self.status_after_work is not None and response.status < 400:
+                message = "injected: the request was carried out, then this error was answered"
+                return Response(
+                    self.status_after_work, self.error_body(self.status_after_work, message, {})
+                )
         return response
 
     def _route(self, request: Request) -> Response:
@@ -182,6 +194,13 @@ class SandboxServer:
     def _set_delay(self, request: Request) -> Response:
         self.delay_seconds = seconds_field(request.json_object())
         return Response(200, {"delay_seconds": self.delay_seconds})
+
+    def _set_status_after_work(self, request: Request) -> Response:
+        status = request.json_object().get("status")
+        if status is not None and (type(status) is not int or not 400 <= status < 600):
+            raise Rejected(400, "'status' must be an HTTP error status or null")
+        self.status_after_work = status
+        return Response(200, {"status_after_work": status})
 
     def _advance(self, request: Request) -> Response:
         self._clock_offset += seconds_field(request.json_object())

@@ -64,9 +64,14 @@ class SandboxSet:
 
 
 def start_all(
-    dir: Path, *, email_mode: EmailMode = "keys", responder: Responder = default_responder
+    dir: Path,
+    *,
+    email_mode: EmailMode = "keys",
+    responder: Responder = default_responder,
+    host: str = "127.0.0.1",
 ) -> SandboxSet:
-    """Start all services on ephemeral loopback ports, with their delivery logs in `dir` and
+    """Start all services on ephemeral ports of `host` (loopback unless worker hosts in
+    network namespaces must reach them), with their delivery logs in `dir` and
     the git host's bare repositories (the demo repository seeded) in `dir/remotes`."""
     dir.mkdir(parents=True, exist_ok=True)
     remotes = dir / "remotes"
@@ -80,7 +85,7 @@ def start_all(
     )
     try:
         for server in sandboxes.servers().values():
-            server.start()
+            server.start(host)
     except BaseException:
         sandboxes.stop()
         raise

@@ -64,12 +64,13 @@ class App(Protocol):
 
 
 class LoopbackServer(ThreadingHTTPServer):
-    """A threading HTTP server on 127.0.0.1 that can cut its open connections on stop."""
+    """A threading HTTP server on 127.0.0.1 (or another local address, for worker hosts in
+    network namespaces) that can cut its open connections on stop."""
 
     daemon_threads = True
 
-    def __init__(self, app: App, port: int = 0) -> None:
-        super().__init__(("127.0.0.1", port), _RequestHandler)
+    def __init__(self, app: App, port: int = 0, host: str = "127.0.0.1") -> None:
+        super().__init__((host, port), _RequestHandler)
         self.app = app
         self._open: set[socket.socket] = set()
         self._open_changed = threading.Condition()

@@ -140,6 +140,19 @@ def test_email_delivery_is_logged_before_the_delayed_reply(email: EmailSandbox) 
     assert email.log.entries() == read_log(email.log.path)
 
 
+def test_a_service_can_carry_a_write_out_and_answer_503(email: EmailSandbox) -> None:
+    with client(email.url) as http:
+        http.post("/_control/status-after-work", json={"status": 503}).raise_for_status()
+        lied = http.post("/emails", json=EMAIL, headers={"Idempotency-Key": "k"})
+        http.post("/_control/status-after-work", json={"status": None}).raise_for_status()
+        again = http.post("/emails", json=EMAIL, headers={"Idempotency-Key": "k"})
+
+    # The email went out although the caller was told 503; the resend with its key is replayed.
+    assert lied.status_code == 503 and again.status_code == 200
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert [d["key"] for d in read_log(email.log.path)] == ["k"]
+
+
 # -- pricing -----------------------------------------------------------------------------------
 
 
