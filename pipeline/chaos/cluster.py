@@ -1,5 +1,7 @@
 """The chaos harness's cluster: its own embedded PostgreSQL and Redis (restarted at will, on
-the same ports), the sandbox services, and real worker and beat processes.
+the same ports), the sandbox services, and real worker and beat processes; with `hosts`, the
+workers run on worker hosts (network namespaces, pipeline/chaos/hosts.py) that reach the
+services over veth pairs and can be cut off from PostgreSQL or Redis.
 
 In production an operator's supervisor (systemd, Kubernetes, docker's restart policy) starts
 a new worker when one dies; here `supervise()` plays that part.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -17,15 +20,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import psutil
+import redis
 from sqlalchemy import text
 
 import pipeline.embedded as embedded
 from beat_schedule import SCHEDULES
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
 from pipeline.chaos.faults import APPROVER
+from pipeline.chaos.hosts import Host, Network
 from pipeline.db import transaction
 from pipeline.errors import ServiceError
 from pipeline.local.processes import CeleryProcess
@@ -56,6 +62,8 @@ class WorkerSlot:
     pool: str
     concurrency: int
     process: CeleryProcess
+    host: Host | None = None
+    """The worker host it runs on; None: this machine's own network."""
     generation: int = 1
     frozen_until: float | None = None
     killed: bool = False
@@ -90,6 +98,9 @@ class Cluster:
     root: Path
     workers: int
     queue: str
+    hosts: int = 0
+    """Worker hosts (network namespaces); the workers are spread over them in turn."""
+    network: Network | None = None
     slots: list[WorkerSlot] = field(default_factory=list)
     beat: CeleryProcess | None = None
     sandboxes: SandboxSet | None = None
@@ -102,6 +113,10 @@ class Cluster:
     """The embedded servers' URLs: a restart must bring each back on the same one."""
     clock: Callable[[], float] = time.monotonic
     lock: threading.RLock = field(default_factory=threading.RLock)
+    host_env: dict[str, str] = field(default_factory=dict)
+    """What differs for a worker on a worker host: the service address instead of 127.0.0.1."""
+    undo: list[tuple[float, str, Callable[[], None]]] = field(default_factory=list)
+    """(when, what, how): partitions to heal and services to set right, when it is time."""
 
     @property
     def services_dir(self) -> Path:
@@ -116,7 +131,9 @@ class Cluster:
     def start(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.urls = urls = embedded.ensure_running(self.services_dir)
+        if self.hosts:
+            self.network = Network(self.hosts).up()
+        self.urls = urls = self._services()
         schedules_off = self.logs / "schedules.json"
         self.env = {
             "NIGHTSHIFT_DATABASE_URL": urls["postgres"],
@@ -130,6 +147,8 @@ class Cluster:
             "NIGHTSHIFT_HANDOFF_GRACE_SECONDS": str(LEASE_SECONDS * 2),
             "NIGHTSHIFT_STEP_TIME_LIMIT": "60",
             "NIGHTSHIFT_VISIBILITY_TIMEOUT": "120",
+            # A service that kept failing is tried again soon: the faults last seconds.
+            "NIGHTSHIFT_SERVICE_RETRY_SECONDS": "10",
             "NIGHTSHIFT_EMAIL_MODE": "keys",
             "NIGHTSHIFT_MODEL_TIMEOUT": "10",
             # The shipped tools' approvers, configured as a deployment would.
@@ -144,7 +163,10 @@ class Cluster:
 
         upgrade()
         self.sandboxes = start_all(
-            self.logs / "sandbox", email_mode="keys", responder=agent_responder
+            self.logs / "sandbox",
+            email_mode="keys",
+            responder=agent_responder,
+            host=self.network.service_address if self.network else embedded.HOST,
         )
         self.sandboxes.messages.delay_seconds = MODEL_LATENCY
         for server in (self.sandboxes.email, self.sandboxes.pricing, self.sandboxes.githost):
@@ -159,12 +181,27 @@ class Cluster:
             "ANTHROPIC_API_KEY": "chaos-local-key",
             "ANTHROPIC_BASE_URL": self.sandboxes.messages.url,
         }
+        if self.network is not None:
+            here, there = embedded.HOST, self.network.service_address
+            self.host_env = {
+                name: self.env[name].replace(f"@{here}:", f"@{there}:")
+                for name in ("NIGHTSHIFT_DATABASE_URL", "NIGHTSHIFT_BROKER_URL")
+            }
         self.beat = self._process("beat", beat=True).start()
+        hosts = self.network.hosts if self.network else []
         for index in range(self.workers):
             prefork = self.workers > 1 and index == self.workers - 1
             pool, concurrency = ("prefork", 2) if prefork else ("threads", 4)
-            process = self._process(f"w{index + 1}-1", pool=pool, concurrency=concurrency)
-            self.slots.append(WorkerSlot(index + 1, pool, concurrency, process.start()))
+            host = hosts[index % len(hosts)] if hosts else None
+            process = self._process(f"w{index + 1}-1", pool, concurrency, host=host)
+            self.slots.append(WorkerSlot(index + 1, pool, concurrency, process.start(), host))
+
+    def _services(self, *, postgres: bool = True, redis: bool = True) -> dict[str, str]:
+        """Start (or find) the embedded servers, reachable from the worker hosts if any."""
+        reach = {}
+        if self.network is not None:
+            reach = {"listen": [self.network.service_address], "clients": [self.network.clients]}
+        return embedded.ensure_running(self.services_dir, postgres=postgres, redis=redis, **reach)
 
     def stop(self) -> None:
         with self.lock:
@@ -175,12 +212,21 @@ class Cluster:
         if self.sandboxes is not None:
             self.sandboxes.stop()
         embedded.stop(self.services_dir)
+        if self.network is not None:
+            self.network.down()
 
     def _process(
-        self, name: str, pool: str = "threads", concurrency: int = 4, beat: bool = False
+        self,
+        name: str,
+        pool: str = "threads",
+        concurrency: int = 4,
+        beat: bool = False,
+        host: Host | None = None,
     ) -> CeleryProcess:
         log_path = self.logs / f"{name}.log"
-        return CeleryProcess(name, log_path, dict(self.env), concurrency, pool, beat)
+        env = {**self.env, **(self.host_env if host else {})}
+        wrap = host.wrap() if host else []
+        return CeleryProcess(name, log_path, env, concurrency, pool, beat, wrap)
 
     def worker_logs(self) -> list[Path]:
         return sorted(self.logs.glob("w*.log"))
@@ -188,8 +234,10 @@ class Cluster:
     # -- the supervisor ----------------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Thaw workers whose freeze is over; replace workers (and beat) that exited."""
+        """Thaw workers whose freeze is over, heal partitions and set services right whose time
+        is up; replace workers (and beat) that exited."""
         now = time.monotonic()
+        self._undo_due(now)
         with self.lock:
             for slot in self.slots:
                 if slot.frozen_until is not None and now >= slot.frozen_until:
@@ -215,15 +263,35 @@ class Cluster:
         slot.process.stop()  # reaps it and closes its log
         slot.generation += 1
         name = f"w{slot.index}-{slot.generation}"
-        slot.process = self._process(name, slot.pool, slot.concurrency).start(wait=False)
+        process = self._process(name, slot.pool, slot.concurrency, host=slot.host)
+        slot.process = process.start(wait=False)
         slot.killed, slot.frozen_until = False, None
         self.replaced += 1
 
     def thaw_all(self) -> None:
+        """Thaw every worker, heal every partition, set every service right."""
         with self.lock:
             for slot in self.slots:
                 if slot.frozen_until is not None:
                     self.thaw(slot)
+        self._undo_due(float("inf"))
+
+    def later(self, seconds: float, what: str, how: Callable[[], None]) -> None:
+        """Undo a fault (`how`) after `seconds`; supervise() does it."""
+        with self.lock:
+            self.undo.append((time.monotonic() + seconds, what, how))
+
+    def pending(self, what: str) -> bool:
+        """Whether a fault of that name is still in force."""
+        with self.lock:
+            return any(name == what for _, name, _ in self.undo)
+
+    def _undo_due(self, now: float) -> None:
+        with self.lock:
+            due = [entry for entry in self.undo if entry[0] <= now]
+            self.undo = [entry for entry in self.undo if entry[0] > now]
+        for _, _, how in due:
+            how()
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -267,8 +335,9 @@ class Cluster:
             os.killpg(slot.pid, signal.SIGCONT)
         slot.frozen_until = None
 
-    def restart(self, name: str, mode: str, down_seconds: float) -> float:
-        """Stop one embedded server (cleanly, or like a crash), keep it down, start it again.
+    def restart(self, name: str, mode: str, down_seconds: float, forget: bool = False) -> float:
+        """Stop one embedded server (cleanly, or like a crash), keep it down, start it again;
+        with `forget`, empty (Redis only: its files go, a fresh empty server comes back).
 
         Returns how long it did not answer. The URL must stay the same: workers keep theirs.
         """
@@ -283,11 +352,13 @@ class Cluster:
         if info.pid is not None:
             os.kill(info.pid, sig)
             _wait_gone(info.pid)
+        if forget:
+            for data in (*info.data_path.glob("*.aof*"), *info.data_path.glob("*.rdb")):
+                data.unlink()
+            shutil.rmtree(info.data_path / "appendonlydir", ignore_errors=True)
         time.sleep(down_seconds)
         urls = retrying(
-            lambda: embedded.ensure_running(
-                self.services_dir, postgres=name == "postgres", redis=name == "redis"
-            ),
+            lambda: self._services(postgres=name == "postgres", redis=name == "redis"),
             timeout=120,
             errors=(ServiceError,),
         )
@@ -296,6 +367,50 @@ class Cluster:
         down = time.monotonic() - started
         self.restarts.setdefault(name, []).append(round(down, 2))
         return down
+
+    def flush_broker(self) -> None:
+        """FLUSHALL: every queued and unacknowledged message, every binding and result gone."""
+        client = redis.Redis.from_url(self.urls["redis"], socket_timeout=10)
+        with contextlib.closing(client):
+            client.flushall()
+
+    def cut(self, host: Host, service: str, seconds: float) -> None:
+        """Partition `host` from PostgreSQL or Redis for `seconds`."""
+        port = urlsplit(self.urls[service]).port
+        assert port is not None
+        host.cut(port)
+        self.later(seconds, f"cut {host.hostname} {service}", lambda: host.heal(port))
+
+    def uncut_host(self, service: str, pick: float) -> Host:
+        """A worker host that `service` is not cut off from now."""
+        hosts = [
+            h for h in (self.network.hosts if self.network else [])
+            if not self.pending(f"cut {h.hostname} {service}")
+        ]  # fmt: skip
+        if not hosts:
+            raise NoTarget(f"every worker host is cut off from {service} already")
+        return hosts[int(pick * len(hosts))]
+
+    def pids_on(self, host: Host) -> set[int]:
+        with self.lock:
+            return {pid for slot in self.slots if slot.host is host for pid in slot.pids()}
+
+    def misbehave(self, service: str, seconds: float, **faults: Any) -> None:
+        """Set attributes of a sandbox service (delay_seconds, status_after_work) for a while."""
+        assert self.sandboxes is not None
+        server = self.sandboxes.servers()[service]
+        what = f"{service} misbehaving"
+        if self.pending(what):
+            raise NoTarget(f"{service} is misbehaving already")
+        before = {name: getattr(server, name) for name in faults}
+
+        def set_right() -> None:
+            for name, value in before.items():
+                setattr(server, name, value)
+
+        for name, value in faults.items():
+            setattr(server, name, value)
+        self.later(seconds, what, set_right)
 
     def held_runs(self) -> dict[int, list[tuple[uuid.UUID, int]]]:
         """pid -> the (run, fence) pairs whose lease it holds (lease_owner is host:pid:thread)."""

@@ -1,17 +1,14 @@
-"""The chaos harness's faults: a schedule drawn up front from the seed, and how each kind is
-injected (SIGKILL or SIGSTOP a worker, restart Redis or PostgreSQL, deliver a step message
-twice, fire an approval webhook twice at once)."""
+"""The chaos harness's faults: a schedule drawn up front from the seed (pipeline/chaos/injector.py
+injects them), and the approvals the harness fires."""
 
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import random
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -19,20 +16,35 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
-from pipeline.app import send_step
-from pipeline.chaos.common import ChaosError, NoTarget, retrying
+from pipeline.chaos.common import ChaosError
 from pipeline.db import transaction
 from pipeline.runs.decisions import Actor, decide
 
 if TYPE_CHECKING:
-    from pipeline.chaos.cluster import Cluster
-    from pipeline.chaos.harness import Sampler
+    pass
 
-KINDS = ("kill", "stop", "redis", "postgres", "duplicate", "webhook")
-DEFAULT_WEIGHTS = "kill=3,stop=2,redis=1,postgres=1,duplicate=2,webhook=2"
+KINDS = (
+    "kill", "stop", "redis", "postgres", "duplicate", "webhook",
+    "cut_postgres", "cut_redis", "wipe", "slow_service", "lying_service", "postgres_in_send",
+)  # fmt: skip
+"""kill: SIGKILL a worker or a pool child; stop: SIGSTOP one past its lease; redis, postgres:
+restart the server; duplicate: a step message sent twice; webhook: an approval fired twice at
+once; cut_postgres, cut_redis: a worker host partitioned from the server past the lease, then
+healed; wipe: the broker loses everything (FLUSHALL, or a fresh empty Redis on its port);
+slow_service: a service answers only after the lease ran out, having done the work;
+lying_service: a service does the work and answers 503; postgres_in_send: PostgreSQL restarts
+while a side effect's send is in flight."""
+NETWORK_KINDS = frozenset({"cut_postgres", "cut_redis"})
+"""Kinds that need worker hosts (network namespaces)."""
+DEFAULT_WEIGHTS = (
+    "kill=3,stop=2,redis=1,postgres=1,duplicate=2,webhook=2,cut_postgres=2,cut_redis=1.5,"
+    "wipe=0.8,slow_service=1,lying_service=1,postgres_in_send=0.6"
+)
+SERVICES = ("email", "pricing", "githost")
+"""The sandbox services side effects go to."""
 RETRIES, RETRY_SECONDS = 3, 4.0
 """A fault with no target (no pending approval, no busy worker) is tried again this often."""
-RESUMABLE = frozenset({"kill", "stop", "redis", "postgres"})
+RESUMABLE = frozenset(KINDS) - {"duplicate", "webhook"}
 """Kinds that take a run away from its worker: the time until its next claim is measured."""
 
 
@@ -47,12 +59,19 @@ class Fault:
     pick: float
     """Which target, in [0, 1): an index into the sorted candidates at firing time."""
     hold: float = 0.0
-    """stop: seconds frozen; redis/postgres: seconds down between stop and start."""
+    """stop: seconds frozen; redis, postgres, postgres_in_send, wipe (fresh): seconds down
+    between stop and start; cut_*: seconds partitioned; *_service: seconds misbehaving."""
     mode: str = ""
-    """kill: worker|child; redis: term|kill; postgres: fast|immediate."""
+    """kill: worker|child; redis: term|kill; postgres, postgres_in_send: fast|immediate;
+    wipe: flushall|fresh; *_service: which service."""
+    delay: float = 0.0
+    """slow_service: seconds each reply waits after the work was done."""
 
     def describe(self) -> str:
-        extra = " ".join(x for x in (self.mode, f"{self.hold:.1f}s" if self.hold else "") if x)
+        delay = f"replies after {self.delay:.1f}s" if self.delay else ""
+        extra = " ".join(
+            x for x in (self.mode, f"{self.hold:.1f}s" if self.hold else "", delay) if x
+        )
         return f"#{self.index:03d} +{self.at:6.1f}s {self.kind}" + (f" ({extra})" if extra else "")
 
 
@@ -123,7 +142,7 @@ def plan_faults(
     times = sorted(rng.uniform(start, end) for _ in drawn)
     faults = []
     for index, (at, kind) in enumerate(zip(times, drawn, strict=True)):
-        pick, hold, mode = rng.random(), 0.0, ""
+        pick, hold, mode, delay = rng.random(), 0.0, "", 0.0
         if kind == "kill":
             mode = rng.choice(("worker", "child"))
         elif kind == "stop":
@@ -131,9 +150,20 @@ def plan_faults(
             hold = rng.uniform(lease_seconds + 1, lease_seconds * 3)
         elif kind == "redis":
             mode, hold = rng.choice(("term", "term", "kill")), rng.uniform(0, 2)
-        elif kind == "postgres":
+        elif kind in ("postgres", "postgres_in_send"):
             mode, hold = rng.choice(("fast", "fast", "immediate")), rng.uniform(0, 2)
-        faults.append(Fault(index, round(at, 3), kind, round(pick, 6), round(hold, 3), mode))
+        elif kind in NETWORK_KINDS:
+            hold = rng.uniform(lease_seconds + 1, lease_seconds * 4)
+        elif kind == "wipe":
+            mode, hold = rng.choice(("flushall", "flushall", "fresh")), rng.uniform(0, 1)
+        elif kind == "slow_service":
+            mode, hold = rng.choice(SERVICES), rng.uniform(6, 15)
+            delay = rng.uniform(lease_seconds * 1.5, lease_seconds * 3)
+        elif kind == "lying_service":
+            mode, hold = rng.choice(SERVICES), rng.uniform(3, 8)
+        faults.append(
+            Fault(index, round(at, 3), kind, round(pick, 6), round(hold, 3), mode, round(delay, 3))
+        )
     return faults
 
 
@@ -209,115 +239,3 @@ class Approvals:
         """Actions approved as the first decision more than once: single use was broken."""
         with self.lock:
             return sorted(key for key, count in self.firsts.items() if count > 1)
-
-
-class Injector:
-    """Fires the planned faults at their times, in order, from its own thread."""
-
-    def __init__(
-        self,
-        plan: list[Fault],
-        cluster: Cluster,
-        sampler: Sampler,
-        clock: Callable[[], float],
-        approvals: Approvals,
-    ) -> None:
-        self.plan = plan
-        self.cluster = cluster
-        self.sampler = sampler
-        self.clock = clock
-        self.approvals = approvals
-        self.records: list[FaultRecord] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        # (when, index, fault, tries): a fault with nothing to hit yet comes back a bit later.
-        queue = [(f.at, f.index, f, 0) for f in self.plan]
-        while queue:
-            at, _, fault, tries = heapq.heappop(queue)
-            while self.clock() < at:
-                if self.stopping.wait(min(0.1, at - self.clock())):
-                    return
-            if self.stopping.is_set():
-                return
-            record = self.inject(fault)
-            if record.note.startswith("skipped") and tries < RETRIES:
-                heapq.heappush(queue, (self.clock() + RETRY_SECONDS, fault.index, fault, tries + 1))
-            else:
-                self.records.append(record)
-
-    def inject(self, fault: Fault) -> FaultRecord:
-        wall = datetime.now().strftime("%H:%M:%S.%f")[:-3]
-        record = FaultRecord(fault, round(self.clock(), 3), injected=True, wall=wall)
-        handler = getattr(self, f"_{fault.kind}")
-        try:
-            handler(fault, record)
-        except NoTarget as exc:
-            record.injected, record.note = False, f"skipped: {exc}"
-        except Exception as exc:  # a fault that failed is reported, the run goes on
-            record.injected, record.note = False, f"failed: {type(exc).__name__}: {exc}"
-        return record
-
-    # -- one handler per kind ----------------------------------------------------------------
-
-    def _kill(self, fault: Fault, record: FaultRecord) -> None:
-        started = time.monotonic()
-        slot, child = self.cluster.choose_worker(fault.pick)
-        if child is not None and fault.mode == "child":
-            record.target = f"{slot.name} pool child {child}"
-            dead = {child}
-            self.cluster.kill_child(slot, child)
-        else:
-            record.target = f"{slot.name} (pid {slot.pid})"
-            dead = self.cluster.kill(slot)
-        self._watch(record, dead, started)
-
-    def _stop(self, fault: Fault, record: FaultRecord) -> None:
-        started = time.monotonic()
-        slot, _ = self.cluster.choose_worker(fault.pick)
-        frozen = self.cluster.freeze(slot, fault.hold)
-        record.target = f"{slot.name} (pid {slot.pid}) for {fault.hold:.1f}s"
-        self._watch(record, frozen, started)
-
-    def _redis(self, fault: Fault, record: FaultRecord) -> None:
-        self._restart("redis", fault, record)
-
-    def _postgres(self, fault: Fault, record: FaultRecord) -> None:
-        self._restart("postgres", fault, record)
-
-    def _restart(self, name: str, fault: Fault, record: FaultRecord) -> None:
-        held = self.cluster.held_runs()
-        started = time.monotonic()
-        down = self.cluster.restart(name, fault.mode, fault.hold)
-        record.target = f"{name} ({fault.mode}, unreachable {down:.1f}s)"
-        in_flight = [(run, fence) for runs in held.values() for run, fence in runs]
-        record.affected = [str(run) for run, _ in in_flight]
-        self.sampler.watch(in_flight, fault.kind, started)
-
-    def _duplicate(self, fault: Fault, record: FaultRecord) -> None:
-        running = sorted(self.sampler.running())
-        if not running:
-            raise NoTarget("no running run to send twice")
-        run_id = running[int(fault.pick * len(running))]
-        for _ in range(2):
-            retrying(lambda: send_step(run_id, agent="(sent twice by chaos)"))
-        record.target, record.affected = f"run {run_id}", [str(run_id)]
-
-    def _webhook(self, fault: Fault, record: FaultRecord) -> None:
-        keys = sorted(retrying(pending_approvals))
-        if not keys:
-            raise NoTarget("no approval pending")
-        key = keys[int(fault.pick * len(keys))]
-        results = self.approvals.fire(key, times=2)
-        firsts = sum(1 for r in results if getattr(r, "first", False))
-        errors = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, Exception)]
-        run_ids = {str(r.run_id) for r in results if hasattr(r, "run_id")}
-        record.target, record.affected = key, sorted(run_ids)
-        record.note = f"first decisions: {firsts}" + (f"; errors: {errors}" if errors else "")
-
-    def _watch(self, record: FaultRecord, pids: set[int], started: float) -> None:
-        """The runs those processes held right after the fault: they must be taken over."""
-        held = self.cluster.held_runs()
-        hit = [(run, fence) for pid in pids for run, fence in held.get(pid, [])]
-        record.affected = [str(run) for run, _ in hit]
-        self.sampler.watch(hit, record.fault.kind, started)

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
@@ -27,13 +28,15 @@ from pipeline.chaos.cluster import LEASE_SECONDS, Cluster
 from pipeline.chaos.common import TRANSIENT
 from pipeline.chaos.faults import (
     DEFAULT_WEIGHTS,
+    NETWORK_KINDS,
     Approvals,
-    Injector,
     parse_weights,
     plan_faults,
     schedule_hash,
     write_fault_log,
 )
+from pipeline.chaos.hosts import unavailable
+from pipeline.chaos.injector import Injector
 from pipeline.chaos.report import ChaosReport, deliveries, verify
 from pipeline.chaos.workload import Workload
 from pipeline.db import transaction
@@ -50,6 +53,9 @@ class ChaosConfig:
     duration: float = 600.0
     seed: int = 0
     workers: int = 3
+    hosts: int = 0
+    """Worker hosts (network namespaces) the workers are spread over; 0: this machine's own
+    network, and no partitions."""
     weights: dict[str, float] = field(default_factory=lambda: parse_weights(DEFAULT_WEIGHTS))
     rate: float = DEFAULT_RATE
     settle_seconds: float | None = None
@@ -60,6 +66,17 @@ class ChaosConfig:
     @property
     def settle_timeout(self) -> float:
         return self.settle_seconds or min(180.0, max(60.0, self.duration / 3))
+
+    def planned_weights(self) -> dict[str, float]:
+        """Partitions need worker hosts: without them their weight is 0."""
+        return {
+            k: 0.0 if k in NETWORK_KINDS and not self.hosts else w for k, w in self.weights.items()
+        }
+
+
+def default_hosts() -> int:
+    """Three worker hosts where network namespaces can be made (root), else none."""
+    return 0 if unavailable() else 3
 
 
 # -- the sampler ----------------------------------------------------------------------------
@@ -87,6 +104,7 @@ class Sampler:
         self.resumed: list[tuple[str, float]] = []
         """(fault kind, seconds from the fault to the run's next claim)."""
         self.interrupted: set[uuid.UUID] = set()
+        self.send_windows: list[SendWindow] = []
         self.stopping = threading.Event()
 
     def watch(self, runs: list[tuple[uuid.UUID, int]], kind: str, started: float) -> None:
@@ -94,6 +112,15 @@ class Sampler:
             for run_id, fence in runs:
                 self.watches.append(Watch(run_id, fence, kind, started))
                 self.interrupted.add(run_id)
+
+    def watch_sends(self, kind: str, service: str, started: float, seconds: float) -> None:
+        """Watch every run whose send to `service` is in flight within the window."""
+        with self.lock:
+            self.send_windows.append(SendWindow(kind, service, started, started + seconds))
+
+    def running_fences(self) -> list[tuple[uuid.UUID, int]]:
+        with self.lock:
+            return [(run, f) for run, (status, _, f) in self.rows.items() if status == "running"]
 
     def running(self) -> list[uuid.UUID]:
         with self.lock:
@@ -126,11 +153,16 @@ class Sampler:
             "SELECT id, status, step, fence FROM runs"
             " WHERE status IN ('running', 'waiting', 'needs_attention') OR id = ANY(:watched)"
         )
+        now = time.monotonic()
+        with self.lock:
+            windows = [w for w in self.send_windows if w.started <= now <= w.ends]
         with transaction() as session:
             found = {
                 r.id: (r.status, r.step, r.fence)
                 for r in session.execute(query, {"watched": watched})
             }
+            sending = list(session.execute(_SENDING)) if windows else []
+        self._watch_sends(windows, sending)
         now = time.monotonic()
         with self.lock:
             for run, row in found.items():
@@ -147,23 +179,54 @@ class Sampler:
                 # else: it finished without another claim (the step it was in completed)
             self.watches = waiting
 
+    def _watch_sends(self, windows: list[SendWindow], sending: list[Any]) -> None:
+        for window in windows:
+            hit = [
+                (row.run_id, row.fence)
+                for row in sending
+                if row.service == window.service and row.run_id not in window.seen
+            ]
+            window.seen.update(run for run, _ in hit)
+            self.watch(hit, window.kind, window.started)
+
+
+@dataclass
+class SendWindow:
+    """A service misbehaving from `started` to `ends` (time.monotonic())."""
+
+    kind: str
+    service: str
+    started: float
+    ends: float
+    seen: set[uuid.UUID] = field(default_factory=set)
+
+
+_SENDING = text(
+    "SELECT a.run_id, a.service, r.fence FROM actions a JOIN runs r ON r.id = a.run_id"
+    " WHERE a.state = 'attempted'"
+)
+
 
 # -- the run --------------------------------------------------------------------------------
 
 
 def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosReport:
-    plan = plan_faults(config.seed, config.duration, config.rate, config.weights, LEASE_SECONDS)
+    weights = config.planned_weights()
+    plan = plan_faults(config.seed, config.duration, config.rate, weights, LEASE_SECONDS)
     digest = schedule_hash(plan)
     # Directly under /tmp: PostgreSQL runs as a system user (when we are root) and must
     # reach its data through every parent directory.
     root = Path(tempfile.mkdtemp(prefix="nightshift-chaos-", dir="/tmp"))
     root.chmod(0o755)
-    cluster = Cluster(root, config.workers, queue=f"chaos-{os.getpid()}")
+    cluster = Cluster(root, config.workers, queue=f"chaos-{os.getpid()}", hosts=config.hosts)
     (root / "schedule.txt").write_text("\n".join(f.describe() for f in plan) + "\n")
+    where = f"on {config.hosts} worker hosts" if config.hosts else "on this machine's network"
     say(
-        f"chaos: seed {config.seed}, {config.duration:.0f}s, {config.workers} workers, "
+        f"chaos: seed {config.seed}, {config.duration:.0f}s, {config.workers} workers {where}, "
         f"{len(plan)} faults planned (schedule {digest}: {root / 'schedule.txt'})"
     )
+    if not config.hosts and any(config.weights.get(k) for k in NETWORK_KINDS):
+        say(f"no partitions: no worker hosts ({unavailable() or 'asked for none: --hosts 0'})")
     started = time.monotonic()
 
     def clock() -> float:

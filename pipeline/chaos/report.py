@@ -19,8 +19,9 @@ from pipeline.sandbox import read_log
 
 if TYPE_CHECKING:
     from pipeline.chaos.cluster import Cluster
-    from pipeline.chaos.faults import Approvals, Fault, Injector
+    from pipeline.chaos.faults import Approvals, Fault
     from pipeline.chaos.harness import ChaosConfig, Sampler
+    from pipeline.chaos.injector import Injector
     from pipeline.chaos.workload import Workload
 
 STALE_WRITE_PATTERNS = {
@@ -39,6 +40,8 @@ class ChaosReport:
     seed: int
     duration: float
     workers: int
+    hosts: int
+    """Worker hosts (network namespaces) the workers ran on; 0: this machine's network."""
     schedule: str
     planned: int
     faults: dict[str, int]
@@ -73,6 +76,8 @@ class ChaosReport:
     lost: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     waiting_for_person: list[str] = field(default_factory=list)
+    still_waiting: list[str] = field(default_factory=list)
+    """Runs legitimately waiting at the end: a timer not due yet, a decision not made."""
     failed_runs: list[str] = field(default_factory=list)
     unexpected_exits: list[str] = field(default_factory=list)
     exit_reasons: dict[str, int] = field(default_factory=dict)
@@ -89,16 +94,19 @@ class ChaosReport:
 
     def text(self) -> str:
         total = sum(self.faults.values())
-        kinds = "  ".join(f"{k} {self.faults.get(k, 0)}" for k in KINDS)
+        kinds = [f"{k} {self.faults.get(k, 0)}" for k in KINDS]
+        cuts = self.faults.get("cut_postgres", 0) + self.faults.get("cut_redis", 0)
         skipped = sum(self.skipped.values())
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(self.runs.items()))
         stale = ", ".join(f"{k} {v}" for k, v in self.stale_writes.items())
         resume = self.resume_seconds
         lines = [
             f"== nightshift chaos: seed {self.seed}, {self.duration:.0f}s, {self.workers} "
-            f"workers, schedule {self.schedule} ==",
-            f"faults injected      {total} of {self.planned} planned: {kinds}"
+            f"workers on {self.hosts or 'no'} worker hosts, schedule {self.schedule} ==",
+            f"faults injected      {total} of {self.planned} planned: {'  '.join(kinds[:6])}"
             + (f"  (skipped {skipped})" if skipped else ""),
+            f"                     {'  '.join(kinds[6:])}",
+            f"  of which           {cuts} partitions, {self.faults.get('wipe', 0)} broker wipes",
             f"runs                 {sum(self.runs.values())}: {statuses}",
             "  by agent           "
             + ", ".join(f"{a} {sum(n.values())}" for a, n in sorted(self.runs_by_agent.items())),
@@ -108,7 +116,7 @@ class ChaosReport:
             f"time to resume       p50 {resume['p50']}s  p95 {resume['p95']}s  max "
             f"{resume['max']}s  (n={resume['n']}, lease {LEASE_SECONDS}s)",
             *(
-                f"  after {kind:<9} p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s  (n={r['n']})"
+                f"  after {kind:<16} p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s (n={r['n']})"
                 for kind, r in self.resume_by_kind.items()
                 if r["n"]
             ),
@@ -132,6 +140,7 @@ class ChaosReport:
             ("duplicate side effects", self.duplicate_keys),
             ("confirmed but never delivered", self.missing_effects),
             ("waiting for a person", self.waiting_for_person),
+            ("waiting legitimately", self.still_waiting),
             ("failed runs", self.failed_runs),
             ("exits by reason", [f"{n} x {why}" for why, n in self.exit_reasons.items()]),
             ("fault notes", self.fault_notes),
@@ -245,6 +254,7 @@ def verify(
         seed=config.seed,
         duration=config.duration,
         workers=config.workers,
+        hosts=config.hosts,
         schedule=digest,
         planned=len(plan),
         faults=dict(Counter(r.fault.kind for r in injector.records if r.injected)),
@@ -326,7 +336,9 @@ def _classify(report: ChaosReport, runs: dict[Any, Any], sampler: Sampler) -> No
             report.stuck.append(f"{what}: running at the end ({moving})")
         elif status == "waiting":
             if row.timer_ahead or row.action_state == "pending_approval":
-                continue  # legitimately waiting: a timer not due yet, a decision not made
+                why = "timer ahead" if row.timer_ahead else "approval pending"
+                report.still_waiting.append(f"{what}: {why} on {row.waiting_on}")
+                continue
             report.lost.append(f"{what}: waiting on {row.waiting_on} ({row.action_state})")
 
 
@@ -343,4 +355,6 @@ def _problems(report: ChaosReport, workload: Workload, approvals: Approvals) -> 
         problems.append(f"{len(report.stuck)} run(s) stuck")
     if approvals.doubled():
         problems.append(f"{len(approvals.doubled())} approval(s) took effect twice")
+    if report.unexpected_exits:
+        problems.append(f"{len(report.unexpected_exits)} worker or beat exit(s) nobody caused")
     return problems

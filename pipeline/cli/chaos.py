@@ -9,7 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from pipeline.chaos.faults import DEFAULT_WEIGHTS, parse_weights
-from pipeline.chaos.harness import DEFAULT_RATE, ChaosConfig, run_chaos
+from pipeline.chaos.harness import DEFAULT_RATE, ChaosConfig, default_hosts, run_chaos
+from pipeline.chaos.hosts import unavailable
 from pipeline.cli.format import print_json
 from pipeline.errors import NightshiftError
 
@@ -27,6 +28,12 @@ def register(add: AddCommand) -> None:
     command.add_argument("--duration", type=float, default=600.0, help="seconds (default 600)")
     command.add_argument("--seed", type=int, default=0, help="the fault schedule's seed")
     command.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    command.add_argument(
+        "--hosts",
+        type=int,
+        help="worker hosts (network namespaces, needs root) to spread the workers over and to "
+        "partition from PostgreSQL and Redis (default 3 as root, else 0: no partitions)",
+    )
     command.add_argument(
         "--faults",
         default=DEFAULT_WEIGHTS,
@@ -50,10 +57,16 @@ def register(add: AddCommand) -> None:
 def cmd_chaos(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.workers < 1 or args.rate <= 0:
         raise NightshiftError("--duration, --workers and --rate must be positive")
+    hosts = default_hosts() if args.hosts is None else args.hosts
+    if hosts < 0 or hosts > 60:
+        raise NightshiftError("--hosts must be between 0 and 60")
+    if hosts and (why := unavailable()):
+        raise NightshiftError(f"--hosts {hosts}: worker hosts are not available here: {why}")
     config = ChaosConfig(
         duration=args.duration,
         seed=args.seed,
         workers=args.workers,
+        hosts=hosts,
         weights=parse_weights(args.faults),
         rate=args.rate,
         settle_seconds=args.settle,
