@@ -26,9 +26,10 @@ from models import ActionState, Batch, Run, RunEvent, RunStatus
 from pipeline.crash import crash_point
 from pipeline.db import transaction
 from pipeline.engine.signatures import signed_headers
+from pipeline.errors import redact_url, redact_urls
 from pipeline.logs import get_logger
 from pipeline.retry import is_temporary_status
-from pipeline.settings import Settings, get_settings, redact_url, redact_urls
+from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.notify")
 
