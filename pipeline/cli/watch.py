@@ -11,6 +11,7 @@ import argparse
 import time
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 
 from rich.live import Live
 from rich.text import Text
@@ -53,7 +54,7 @@ def _follow(
     while True:
         page = read(subject, after)
         for event in page.events:
-            out.line(describe(event, prefix=subject.batch_id is not None))
+            out.line(describe(event, prefix=subject.batch_id is not None), at=event.at)
             after = event.position
         if page.done:
             return 0
@@ -70,6 +71,11 @@ def _follow(
             time.sleep(args.interval)
 
 
+def _clock(at: datetime | None) -> str:
+    """An event's own time (local), so --history shows when things happened; else now."""
+    return time.strftime("%H:%M:%S") if at is None else at.astimezone().strftime("%H:%M:%S")
+
+
 class PlainLines:
     """One line per event, with the time: for pipes, logs and scripts."""
 
@@ -79,8 +85,8 @@ class PlainLines:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def line(self, text: str, stamp: bool = True) -> None:
-        print(f"{time.strftime('%H:%M:%S')}  {text}" if stamp else text, flush=True)
+    def line(self, text: str, stamp: bool = True, at: datetime | None = None) -> None:
+        print(f"{_clock(at)}  {text}" if stamp else text, flush=True)
 
     def status(self, text: str) -> None:
         """Where things stand now: plain output has only the event lines."""
@@ -100,10 +106,10 @@ class LiveLine(PlainLines):
     def __exit__(self, *exc: object) -> None:
         self._live.__exit__(None, None, None)
 
-    def line(self, text: str, stamp: bool = True) -> None:
+    def line(self, text: str, stamp: bool = True, at: datetime | None = None) -> None:
         shown = Text.from_ansi(text)
         if stamp:
-            shown = Text.assemble((time.strftime("%H:%M:%S"), "dim"), "  ", shown)
+            shown = Text.assemble((_clock(at), "dim"), "  ", shown)
         self._live.console.print(shown)
 
     def status(self, text: str) -> None:

@@ -262,3 +262,22 @@ def test_watch_prints_the_feed_until_the_run_is_done(
         "waiting on approval:pr:1",
         "succeeded (completed)",
     ]
+
+
+def test_watch_history_stamps_each_event_with_when_it_happened(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a run whose events happened two nights ago
+    run_id = start_run("nightly_report", REPORT).run_id
+    set_status(run_id, RunStatus.SUCCEEDED, stop_reason="completed")
+    then = datetime(2026, 11, 29, 3, 4, 5, tzinfo=UTC)
+    with transaction() as session:
+        session.execute(
+            text("UPDATE run_events SET created_at = :then WHERE run_id = :r"),
+            {"then": then, "r": run_id},
+        )
+    # when watch shows its history
+    assert main(["watch", str(run_id), "--history", "--interval", "0.1"]) == 0
+    # then each event line carries the event's own time, not the time it was printed
+    stamps = [line.split("  ", 1)[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert stamps == [then.astimezone().strftime("%H:%M:%S")] * 2
