@@ -377,6 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NightshiftError as exc:
         print(f"nightshift: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader stopped early (`nightshift runs | head`): nothing went wrong here. Point
+        # stdout at /dev/null so that the flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command ended by SIGPIPE
     except Exception as exc:
         line = describe(exc)
         if line is None:

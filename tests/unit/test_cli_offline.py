@@ -4,6 +4,9 @@ celery unchanged, and only there) and `nightshift agents`."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -73,3 +76,21 @@ def test_agents_lists_every_agent_with_its_package_tools_and_input(
     assert "typed_reminders  (tests.fixture_agents, tests.fixture_agents:TYPED_REMINDERS)" in shown
     assert "open_fix_pull_request  side effect on githost; lookup; needs approval" in shown
     assert "input: team* (string), date* (string)" in shown
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    # given `nightshift agents --json | head -c 0`: the reading end is closed before the
+    # command writes
+    read_end, write_end = os.pipe()
+    command = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "agents", "--json"],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    os.close(read_end)
+    _, err = command.communicate(timeout=60)
+    # then it ends as a shell's SIGPIPE would, and says nothing
+    assert command.returncode == 141
+    assert err == ""
