@@ -283,7 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "worker":
             command.add_argument("--concurrency", type=int, help="steps in flight per process")
             command.add_argument("--name", default="worker@%h", help="node name (%%h: host)")
-        _passes_through(command, f"celery {name}", WORKER_AGENTS if name == "worker" else "")
+        if name == "worker":
+            _passes_through(command, "celery worker", "-Q reports, -Ofair", WORKER_AGENTS)
+        else:
+            _passes_through(command, "celery beat", "--max-interval 5")
 
     flower = add("flower", cmd_flower, "run Flower (basic auth from NIGHTSHIFT_FLOWER_BASIC_AUTH)")
     flower.add_argument(
@@ -293,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     flower.add_argument("--port", type=int, default=5555)
     flower.add_argument("--no-auth", action="store_true", help="allow an open Flower (local only)")
-    _passes_through(flower, "celery flower")
+    _passes_through(flower, "celery flower", "--url_prefix=flower")
 
     start = add("start", cmd_start, "start a run of AGENT with a JSON input")
     start.epilog = "`nightshift agents` lists the registered agents and the input each accepts."
@@ -348,10 +351,12 @@ WORKER_AGENTS = (
 )
 
 
-def _passes_through(command: argparse.ArgumentParser, to: str, more: str = "") -> None:
+def _passes_through(
+    command: argparse.ArgumentParser, to: str, example: str, more: str = ""
+) -> None:
     """Options this command does not know go to `to` unchanged, in their order."""
     command.set_defaults(passthrough=True, celery_args=[])
-    command.epilog = f"Any other option is passed to `{to}` unchanged (e.g. -Q, --pool).{more}"
+    command.epilog = f"Any other option is passed to `{to}` unchanged (e.g. {example}).{more}"
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
