@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from pipeline.cli.format import print_json, progress_bar, table
-from pipeline.views.batches import list_batches, show_batch
+from pipeline.views.batches import PendingApproval, list_batches, show_batch
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -79,10 +79,18 @@ def describe(batch: BatchProgress) -> list[str]:
         f"synthesis {_synthesis(batch)}",
         f"pending approvals {len(batch.pending_approvals)}",
     ]
-    lines += [f"  {a.key}  ({a.tool} {_args(a.args)})" for a in batch.pending_approvals]
+    lines += [_pending(a) for a in batch.pending_approvals]
     if batch.pending_approvals:
-        lines.append("  decide with: nightshift approve KEY  |  nightshift reject KEY --note WHY")
+        lines.append(
+            "  decide with: nightshift approve KEY --as APPROVER  |  "
+            "nightshift reject KEY --as APPROVER --note WHY"
+        )
     return lines
+
+
+def _pending(approval: PendingApproval) -> str:
+    who = f"  by {', '.join(approval.approvers)}" if approval.approvers else ""
+    return f"  {approval.key}  ({approval.tool} {_args(approval.args)}){who}"
 
 
 def _status(batch: BatchProgress) -> str:

@@ -12,6 +12,7 @@ import uuid
 from models import RunStatus
 from pipeline.cli.format import print_json
 from pipeline.keys import Wait, WaitKind
+from pipeline.views.actions import show_action
 from pipeline.views.outcomes import Outcome, wait_for_outcome
 
 SUCCEEDED = 0
@@ -53,7 +54,7 @@ def describe(found: Outcome, timeout: float | None) -> str:
     if found.needs_person and found.waiting_on:
         wait = Wait.parse(found.waiting_on)
         if wait.kind is WaitKind.APPROVAL:
-            return f"{run} waits for approval of {wait.ref}: nightshift approve {wait.ref}"
+            return f"{run} waits for approval of {wait.ref}{_approve(wait.ref)}"
         return (
             f"{run} needs a person to say whether {wait.ref} happened: "
             f"nightshift actions resolve {wait.ref} --happened|--did-not-happen"
@@ -63,3 +64,12 @@ def describe(found: Outcome, timeout: float | None) -> str:
         f"{run} is still {found.status}{waiting} after {timeout:g} s; "
         f"follow it with nightshift watch {found.run_id}"
     )
+
+
+def _approve(key: str) -> str:
+    """The command that approves: the CLI decides as your OS user unless --as names one of
+    the action's approvers."""
+    approvers = show_action(key).get("approvers") or []
+    if not approvers:
+        return f": nightshift approve {key}"
+    return f" by {' or '.join(approvers)}: nightshift approve {key} --as {approvers[0]}"

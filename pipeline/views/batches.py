@@ -55,6 +55,8 @@ class PendingApproval:
     key: str
     tool: str
     args: dict[str, Any]
+    approvers: list[str]
+    """Who may decide (empty: anyone authenticated)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def _pending_approvals_txn(
     """Actions waiting for a person's approval, by the batch whose child or synthesis asks."""
     owner = func.coalesce(Run.batch_id, Batch.id)
     rows = session.execute(
-        select(owner, Action.idempotency_key, Action.tool, Action.args)
+        select(owner, Action.idempotency_key, Action.tool, Action.args, Action.approvers)
         .join(Run, Run.id == Action.run_id)
         .outerjoin(Batch, Batch.synthesis_run_id == Run.id)
         .where(
@@ -179,6 +181,6 @@ def _pending_approvals_txn(
         .order_by(Action.created_at, Action.idempotency_key)
     )
     pending: dict[str, list[PendingApproval]] = {}
-    for batch_id, key, tool, args in rows:
-        pending.setdefault(batch_id, []).append(PendingApproval(key, tool, args))
+    for batch_id, key, tool, args, approvers in rows:
+        pending.setdefault(batch_id, []).append(PendingApproval(key, tool, args, approvers or []))
     return pending

@@ -161,6 +161,8 @@ def test_a_night_of_thirty_competitors_with_a_killed_worker_and_a_dead_page(
     pending = pending_approvals(synthesis_id)
     first = f"price_synthesis:sku-2:{batch_id}"
     assert f"pending approvals {len(pending)}\n  {first}  (set_price " in shown
+    assert "  by pricing@example.com\n" in shown  # whom to approve as
+    assert "nightshift approve KEY --as APPROVER" in shown
     assert main(["batches", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [b["id"] for b in listed] == [batch_id]

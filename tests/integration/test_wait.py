@@ -165,8 +165,10 @@ def test_start_wait_prints_the_outcome_and_exits_with_its_code(
     processes: ProcessFactory,
     capsys: pytest.CaptureFixture[str],
     register_agents: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     register_agents("tests.fixture_agents:APPROVAL_ONLY")
+    monkeypatch.setenv("NIGHTSHIFT_APPROVERS_OPEN_PULL", "lead@example.com")
     processes("w1")
     processes("beat", beat=True)
     # a run that checks back in 2 seconds: waited through its timer, to its result
@@ -178,10 +180,12 @@ def test_start_wait_prints_the_outcome_and_exits_with_its_code(
                  "--wait", "--timeout", "30"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 1 and "failed (deadline)" in out and "deadline passed" in out
-    # one that waits for an approval: that is the outcome, with what to do
+    # one that waits for an approval: that is the outcome, with what to do, as whom
     bug = '{"issue": 61, "repo": "acme/shop", "title": "totals are not rounded"}'
     assert main(["start", "approval_only", "--input", bug, "--wait", "--timeout", "30"]) == 3
-    assert "nightshift approve approval_only:acme/shop:patch/issue-61" in capsys.readouterr().out
+    key = "approval_only:acme/shop:patch/issue-61"
+    said = f"{key} by lead@example.com: nightshift approve {key} --as lead@example.com"
+    assert said in capsys.readouterr().out
     # and one that outlasts --timeout, as JSON
     code = main(["start", "follow_up", "--input", '{"after_seconds": 60}', "--wait",
                  "--timeout", "2", "--json"])  # fmt: skip
