@@ -187,7 +187,13 @@ class _Firing:
 
     def after_commit(self) -> list[Decision]:
         for d in self.decisions:
-            log.info("schedule %s slot %s: %s (%s)", d.schedule, d.slot, d.decision, d.reason)
+            if d.duplicate:  # the row says what the first request decided; this one did nothing
+                log.info(
+                    "schedule %s slot %s: already %s, nothing started (asked again %d time(s))",
+                    d.schedule, d.slot, d.decision, d.duplicates,
+                )  # fmt: skip
+            else:
+                log.info("schedule %s slot %s: %s (%s)", d.schedule, d.slot, d.decision, d.reason)
         return self.decisions
 
     def check(self) -> None:

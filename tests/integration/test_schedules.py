@@ -4,6 +4,7 @@ and two real beats at once start one run per slot."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -68,7 +69,9 @@ def run(run_id: uuid.UUID | None) -> Run:
 # -- one run per slot -----------------------------------------------------------------------
 
 
-def test_a_slot_fires_once_however_often_it_is_asked_for(db_url: str) -> None:
+def test_a_slot_fires_once_however_often_it_is_asked_for(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     # given the nightly report at 02:00 Berlin
     schedule = nightly()
     at = berlin(30, 2, 0, 20)
@@ -77,11 +80,14 @@ def test_a_slot_fires_once_however_often_it_is_asked_for(db_url: str) -> None:
     first = check_schedule(schedule, now=at)
     again = check_schedule(schedule, now=at + timedelta(seconds=5))
     redelivered = check_schedule(schedule, now=at + timedelta(seconds=40))
-    manual = fire(schedule.name, now=at + timedelta(minutes=1), schedules=[schedule])
-    # then one row and one run; the manual fire is counted on the row and starts nothing
+    with caplog.at_level(logging.INFO, logger="nightshift.schedules"):
+        manual = fire(schedule.name, now=at + timedelta(minutes=1), schedules=[schedule])
+    # then one row and one run; the manual fire is counted on the row and starts nothing,
+    # and its log line says so
     assert [d.decision for d in first] == [FireDecision.FIRED]
     assert again == redelivered == []
     assert manual.duplicate and manual.run_id == first[0].run_id
+    assert "already fired, nothing started (asked again 1 time(s))" in caplog.messages[-1]
     [row] = fires(schedule.name)
     assert (row.decision, row.duplicates, row.run_id) == (FireDecision.FIRED, 1, first[0].run_id)
     [only] = runs()
