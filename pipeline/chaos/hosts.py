@@ -2,10 +2,11 @@
 veth pairs, each with its own address and its own hostname (a UTS namespace), reaching
 PostgreSQL, Redis and the sandbox services at one service address on this side.
 
-A partition cuts one host off one service port: inside the host, traffic to that port is
-routed to a gateway whose (permanent, made-up) MAC address nobody has, so every packet is
-dropped silently, like a firewall DROP (connections hang, they are not refused). Healing
-removes the rule; TCP's retransmissions then carry on where they stopped.
+A partition cuts one host off one service port, both ways: inside the host, traffic to that
+port is routed to a next hop whose (permanent, made-up) MAC address nobody has, and on this
+side the service's replies to the host likewise, so every packet is dropped silently, like a
+firewall DROP (connections hang, they are not refused). Healing removes the rules; TCP's
+retransmissions then carry on where they stopped.
 
 Needs root, `ip` (iproute2) and `unshare` (util-linux); `unavailable()` says what is missing.
 """
@@ -30,6 +31,11 @@ NOWHERE_GATEWAY = "10.231.255.254"
 NOWHERE_MAC = "02:00:00:00:de:ad"
 """A next hop that no interface answers for: packets routed to it are dropped."""
 _FIRST_TABLE = 100
+_FIRST_OUTSIDE = 1000
+_PORTS_PER_HOST = 4
+MAX_HOSTS = 60
+MAX_NETWORKS = 120
+"""Rule preferences on this side stay below the main table's (32766) for every combination."""
 
 
 def unavailable() -> str | None:
@@ -57,8 +63,8 @@ class Host:
     index: int
     service_address: str
     cut_ports: set[int] = field(default_factory=set)
-    _tables: dict[int, str] = field(default_factory=dict)
-    """A routing table (and rule preference) per port ever cut."""
+    _tables: dict[int, int] = field(default_factory=dict)
+    """The n-th port ever cut: its routing tables (and rule preferences)."""
 
     @property
     def netns(self) -> str:
@@ -100,6 +106,8 @@ class Host:
              "nud", "permanent"),
         ):  # fmt: skip
             _ip(*args, netns=self.netns)
+        _ip("neigh", "add", NOWHERE_GATEWAY, "lladdr", NOWHERE_MAC, "dev", self.outer,
+            "nud", "permanent")  # fmt: skip
         # `ip netns exec` mounts these over /etc: the hostname resolves, DNS fails at once.
         etc = Path("/etc/netns") / self.netns
         etc.mkdir(parents=True, exist_ok=True)
@@ -107,6 +115,8 @@ class Host:
         (etc / "resolv.conf").write_text("options timeout:1 attempts:1\n")
 
     def destroy(self) -> None:
+        for port in list(self.cut_ports):
+            self.heal(port)
         _ip("netns", "delete", self.netns, check=False)  # takes its end of the veth pair along
         _ip("link", "delete", self.outer, check=False)
         shutil.rmtree(Path("/etc/netns") / self.netns, ignore_errors=True)
@@ -118,18 +128,34 @@ class Host:
                 "sh", "-c", become, self.hostname]  # fmt: skip
 
     def cut(self, port: int) -> None:
-        """Drop every packet from this host to the service on `port` (until `heal`)."""
-        table = self._tables.setdefault(port, str(_FIRST_TABLE + len(self._tables)))
-        route = (f"{self.service_address}/32", "via", NOWHERE_GATEWAY, "dev", self.inner)
-        _ip("route", "replace", *route, "onlink", "table", table, netns=self.netns)
-        rule = ("to", f"{self.service_address}/32", "ipproto", "tcp", "dport", str(port))
-        _ip("rule", "add", "pref", table, *rule, "table", table, netns=self.netns)
+        """Drop every packet between this host and the service on `port` (until `heal`)."""
+        inside, outside = self._tables_for(port)
+        there = (f"{self.service_address}/32", "via", NOWHERE_GATEWAY, "dev", self.inner)
+        _ip("route", "replace", *there, "onlink", "table", inside, netns=self.netns)
+        out = ("to", f"{self.service_address}/32", "ipproto", "tcp", "dport", str(port))
+        _ip("rule", "add", "pref", inside, *out, "table", inside, netns=self.netns)
+        back = (f"{self.address}/32", "via", NOWHERE_GATEWAY, "dev", self.outer)
+        _ip("route", "replace", *back, "onlink", "table", outside)
+        replies = ("from", f"{self.service_address}/32", "to", f"{self.address}/32",
+                   "ipproto", "tcp", "sport", str(port))  # fmt: skip
+        _ip("rule", "add", "pref", outside, *replies, "table", outside)
         self.cut_ports.add(port)
 
     def heal(self, port: int) -> None:
         if port in self.cut_ports:
-            _ip("rule", "del", "pref", self._tables[port], netns=self.netns, check=False)
+            inside, outside = self._tables_for(port)
+            _ip("rule", "del", "pref", inside, netns=self.netns, check=False)
+            _ip("rule", "del", "pref", outside, check=False)
             self.cut_ports.discard(port)
+
+    def _tables_for(self, port: int) -> tuple[str, str]:
+        """Routing tables (and rule preferences) for a port: inside the host, and on this side
+        (unique per network, host and port: other harnesses' hosts share this side's rules)."""
+        n = self._tables.setdefault(port, len(self._tables))
+        if n >= _PORTS_PER_HOST:
+            raise ChaosError(f"{self.hostname}: at most {_PORTS_PER_HOST} ports can be cut")
+        outside = _FIRST_OUTSIDE + _PORTS_PER_HOST * (MAX_HOSTS * self.network + self.index) + n
+        return str(_FIRST_TABLE + n), str(outside)
 
 
 @dataclass
@@ -154,6 +180,8 @@ class Network:
         reason = unavailable()
         if reason is not None:
             raise ChaosError(f"worker hosts are not available: {reason}")
+        if not 1 <= self.count <= MAX_HOSTS:
+            raise ChaosError(f"between 1 and {MAX_HOSTS} worker hosts, not {self.count}")
         self.number = self._reserve()
         try:
             _ip("addr", "add", f"{self.service_address}/32", "dev", "lo")
@@ -180,7 +208,7 @@ class Network:
     def _reserve(self) -> int:
         """A network number no other harness on this machine holds (a lock file each)."""
         LOCKS.mkdir(parents=True, exist_ok=True)
-        for number in range(1, 250):
+        for number in range(1, MAX_NETWORKS + 1):
             handle = (LOCKS / f"net-{number}.lock").open("a")
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.chaos.faults import DEFAULT_WEIGHTS, parse_weights
 from pipeline.chaos.harness import DEFAULT_RATE, ChaosConfig, default_hosts, run_chaos
-from pipeline.chaos.hosts import unavailable
+from pipeline.chaos.hosts import MAX_HOSTS, unavailable
 from pipeline.cli.format import print_json
 from pipeline.errors import NightshiftError
 
@@ -58,8 +58,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     if args.duration <= 0 or args.workers < 1 or args.rate <= 0:
         raise NightshiftError("--duration, --workers and --rate must be positive")
     hosts = default_hosts() if args.hosts is None else args.hosts
-    if hosts < 0 or hosts > 60:
-        raise NightshiftError("--hosts must be between 0 and 60")
+    if not 0 <= hosts <= MAX_HOSTS:
+        raise NightshiftError(f"--hosts must be between 0 and {MAX_HOSTS}")
     if hosts and (why := unavailable()):
         raise NightshiftError(f"--hosts {hosts}: worker hosts are not available here: {why}")
     config = ChaosConfig(
