@@ -95,7 +95,7 @@ def connect_args(settings: Settings) -> dict[str, object]:
         "keepalives_idle": 10,
         "keepalives_interval": 5,
         "keepalives_count": 3,
-        "tcp_user_timeout": max(lease_ms, 5000),
+        "tcp_user_timeout": lease_ms,
         "options": f"-c idle_in_transaction_session_timeout={lease_ms}",
     }
 

@@ -54,6 +54,10 @@ class StatusConflict(NightshiftError):
     """The record is not in a state that allows this transition."""
 
 
+class DatabaseUnavailable(NightshiftError):
+    """PostgreSQL could not be reached to claim the run: nothing was done."""
+
+
 class NonDeterminism(NightshiftError):
     """The journal holds a different step than the code now asks for."""
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from celery.exceptions import Reject
 from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from pipeline.app import app, send_step
@@ -15,6 +17,7 @@ from pipeline.engine.holders import holder_here
 from pipeline.engine.notify import deliver
 from pipeline.engine.step import Outcome
 from pipeline.engine.time_limit import execute_bounded_step
+from pipeline.errors import DatabaseUnavailable
 from pipeline.registry import registry
 from pipeline.runs import cancel, events, retention, schedules, start, tick, workers
 from pipeline.runs.deadlines import parse_deadline
@@ -22,6 +25,7 @@ from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
 
+REQUEUE_PAUSE_SECONDS = 1.0
 UNKNOWN_AGENT_HANDOFFS = 20
 """Deliveries to workers without the run's agent before the run fails (`unknown_agent`)."""
 
@@ -101,9 +105,16 @@ def step(
     """One durable step of a run. agent, step and batch are labels for Flower; handoffs counts
     the workers that did not know the agent."""
     leave = handoffs < UNKNOWN_AGENT_HANDOFFS
-    result = execute_bounded_step(
-        uuid.UUID(run_id), worker_id(), get_settings(), leave_unknown_agent=leave
-    )
+    try:
+        result = execute_bounded_step(
+            uuid.UUID(run_id), worker_id(), get_settings(), leave_unknown_agent=leave
+        )
+    except DatabaseUnavailable as exc:
+        # Back in the queue for a worker that reaches PostgreSQL (acknowledged, the message
+        # would be lost until the tick re-sends the run); after a pause, so that a worker cut
+        # off from the database does not spin on the queue.
+        time.sleep(REQUEUE_PAUSE_SECONDS)
+        raise Reject(str(exc), requeue=True) from exc
     if result.outcome is Outcome.UNKNOWN_AGENT:
         send_step(
             result.run_id,

@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import DateTime, case, cast, func, literal, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
@@ -45,6 +46,7 @@ from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
 from pipeline.engine.usage import Usage
 from pipeline.errors import (
+    DatabaseUnavailable,
     LeaseLost,
     NonDeterminism,
     PermanentError,
@@ -119,11 +121,17 @@ def execute_step(
     (pipeline/engine/time_limit.py bounds steps with it).
     """
     settings = settings or get_settings()
-    with transaction() as session:  # claim and load in one round of the database
-        lease = claim_txn(session, run_id, owner, settings.lease_seconds) or claim_from_dead_txn(
-            session, run_id, owner, settings.lease_seconds
-        )
-        loaded = _load_txn(session, run_id, settings) if lease is not None else None
+    try:
+        with transaction() as session:  # claim and load in one round of the database
+            lease = claim_txn(
+                session, run_id, owner, settings.lease_seconds
+            ) or claim_from_dead_txn(session, run_id, owner, settings.lease_seconds)
+            loaded = _load_txn(session, run_id, settings) if lease is not None else None
+    except DBAPIError as exc:
+        # Nothing was done (a claim that committed unseen is a live lease: a redelivery skips).
+        raise DatabaseUnavailable(
+            f"run {run_id}: no claim, PostgreSQL failed: {exc.orig!r}"
+        ) from exc
     if lease is None or loaded is None:
         log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
         instruments.STEPS.labels("", Outcome.SKIPPED.value).inc()
