@@ -24,6 +24,10 @@ class Action(Base):
     tool: Mapped[str] = mapped_column(String(100))
     service: Mapped[str] = mapped_column(String(100))
     args: Mapped[dict[str, Any]]
+    """The arguments as recorded before the first send: what an approver sees and what is
+    sent, whatever a later call under the same key passes."""
+    args_hash: Mapped[str | None] = mapped_column(String(64))
+    """SHA-256 of the canonical JSON of `args`: an approval can name the arguments it saw."""
     state: Mapped[ActionState] = mapped_column(status_column(ActionState, "action_state"))
     attempts: Mapped[int] = mapped_column(default=0)
     first_attempt_at: Mapped[datetime | None]
@@ -60,12 +64,14 @@ class ActionAudit(Base):
     run_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     """The run the action belonged to at the time."""
     event: Mapped[str] = mapped_column(String(32))
-    """approve, reject, happened, did_not_happen, retry, withdrawn (by nightshift: the run
-    ended before anyone decided)."""
+    """approve, reject, happened, did_not_happen, retry; by nightshift when the run ended:
+    withdrawn (before anyone decided), run_ended (released, or its outcome now unknown)."""
     by: Mapped[str] = mapped_column(String(200))
     via: Mapped[str] = mapped_column(String(200))
     """How `by` was established: a token (named by its prefix), a proxy header, the CLI with
     the OS user or an explicit --as."""
+    args_hash: Mapped[str | None] = mapped_column(String(64))
+    """The arguments the action had when this happened (what an approval approved)."""
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = created_at_column()
 

@@ -82,7 +82,12 @@ class ActionState(StrEnum):
     """A person declined the approval: it will not happen."""
     WITHDRAWN = "withdrawn"
     """The run ended (its deadline passed, it was cancelled) before anyone decided: it will
-    not happen, and a later approval is refused."""
+    not happen, and a later approval is refused. The next run that means this action takes
+    the key over and proposes it afresh."""
+    RELEASED = "released"
+    """Not done, and no run will do it: its run ended before sending, a person said it did not
+    happen after its run ended, or a person retried a failure. The next run that means this
+    action takes the key over and does it afresh (asking for approval if the tool needs it)."""
 
     def is_terminal(self) -> bool:
         return self in (
@@ -90,7 +95,13 @@ class ActionState(StrEnum):
             ActionState.FAILED,
             ActionState.REJECTED,
             ActionState.WITHDRAWN,
+            ActionState.RELEASED,
         )
+
+    @classmethod
+    def in_progress(cls) -> tuple[ActionState, ...]:
+        """Owned by a run that may still send it (or may have): no other run may touch it."""
+        return (cls.PENDING_APPROVAL, cls.INTENDED, cls.ATTEMPTED, cls.OUTCOME_UNKNOWN)
 
     def can_become(self, new: ActionState) -> bool:
         return new in ACTION_TRANSITIONS[self]
@@ -104,17 +115,29 @@ ACTION_TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
     ActionState.PENDING_APPROVAL: frozenset(
         {ActionState.INTENDED, ActionState.REJECTED, ActionState.WITHDRAWN}
     ),
-    ActionState.INTENDED: frozenset({ActionState.ATTEMPTED}),
+    # released: the run ended before sending; outcome_unknown: it ended after a resend was
+    # decided (something may have gone out).
+    ActionState.INTENDED: frozenset(
+        {ActionState.ATTEMPTED, ActionState.RELEASED, ActionState.OUTCOME_UNKNOWN}
+    ),
     ActionState.ATTEMPTED: frozenset(
         {ActionState.CONFIRMED, ActionState.FAILED, ActionState.OUTCOME_UNKNOWN}
     ),
     ActionState.OUTCOME_UNKNOWN: frozenset(
-        {ActionState.ATTEMPTED, ActionState.CONFIRMED, ActionState.FAILED, ActionState.INTENDED}
+        {
+            ActionState.ATTEMPTED,
+            ActionState.CONFIRMED,
+            ActionState.FAILED,
+            ActionState.INTENDED,
+            ActionState.RELEASED,
+        }
     ),
     ActionState.CONFIRMED: frozenset(),
-    ActionState.FAILED: frozenset(),
+    ActionState.FAILED: frozenset({ActionState.RELEASED}),
     ActionState.REJECTED: frozenset(),
-    ActionState.WITHDRAWN: frozenset(),
+    # Taken over, afresh, by the next run that means the action.
+    ActionState.WITHDRAWN: frozenset({ActionState.PENDING_APPROVAL, ActionState.INTENDED}),
+    ActionState.RELEASED: frozenset({ActionState.PENDING_APPROVAL, ActionState.INTENDED}),
 }
 
 
@@ -158,3 +181,7 @@ class BatchStatus(StrEnum):
 
     def is_terminal(self) -> bool:
         return self in (BatchStatus.SUCCEEDED, BatchStatus.FAILED, BatchStatus.STOPPED)
+
+    @classmethod
+    def terminal(cls) -> tuple[BatchStatus, ...]:
+        return tuple(s for s in cls if s.is_terminal())

@@ -1,6 +1,8 @@
-"""Named crash points for tests and chaos runs: the worker process dies abruptly right there.
+"""Named crash points for tests and chaos runs: the worker process dies abruptly right there,
+or (a pause point) stops itself there until a test sends it SIGCONT.
 
-Enabled only through NIGHTSHIFT_CRASH_POINTS (comma-separated names); empty in production.
+Enabled only through NIGHTSHIFT_CRASH_POINTS and NIGHTSHIFT_PAUSE_POINTS (comma-separated
+names); both empty in production.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ POINTS = frozenset(
         "before_checkpoint",
         "after_checkpoint_before_enqueue",
         "after_notify_sent",
+        "before_park",
     }
 )
 
@@ -36,3 +39,8 @@ def crash_point(name: str) -> None:
             "crash point %s: killing pid %d", name, os.getpid()
         )
         os.kill(os.getpid(), signal.SIGKILL)
+    if name in get_settings().pause_points:
+        logging.getLogger("nightshift.crash").warning(
+            "pause point %s: stopping pid %d until SIGCONT", name, os.getpid()
+        )
+        os.kill(os.getpid(), signal.SIGSTOP)

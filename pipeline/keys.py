@@ -5,7 +5,8 @@ again), `tool:<tool_use_id>`, `note:<step>`, `timer:<tool_use_id>`, `once:<key>`
 Action keys: `<namespace>:<key>` (the namespace is the agent's name unless the side effect
 names a shared one).
 Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
-what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing).
+what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing),
+`conflict:<action key>` (another run owns that key).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
 `<batch>:synthesis`.
 """
@@ -94,6 +95,9 @@ class WaitKind(StrEnum):
     TIMER = "timer"
     RETRY = "retry"
     """A service kept failing with nothing in flight: try again at wake_at."""
+    CONFLICT = "conflict"
+    """Another run owns the action's key and may still send it: wait until it is settled
+    (done, failed, rejected or released), or for a person to cancel this run."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,14 @@ class Wait:
         """The action a person decides, for the waits a person settles."""
         return self.ref if self.kind in (WaitKind.APPROVAL, WaitKind.ACTION) else None
 
+    @property
+    def on_action(self) -> str | None:
+        """The action whose state settles this wait, for every wait on an action."""
+        return self.ref if self.kind in _ON_ACTION else None
+
+
+_ON_ACTION = (WaitKind.APPROVAL, WaitKind.ACTION, WaitKind.CONFLICT)
+
 
 def approval_wait(action_key: str) -> Wait:
     return Wait(WaitKind.APPROVAL, action_key)
@@ -130,6 +142,10 @@ def timer_wait(tool_use_id: str) -> Wait:
 
 def retry_wait(action_key: str) -> Wait:
     return Wait(WaitKind.RETRY, action_key)
+
+
+def conflict_wait(action_key: str) -> Wait:
+    return Wait(WaitKind.CONFLICT, action_key)
 
 
 # -- run keys --------------------------------------------------------------------------------

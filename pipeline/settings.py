@@ -378,6 +378,9 @@ class Settings:
     task_events: bool = False
     """Send Celery task events always (Flower turns them on by itself while it runs)."""
     crash_points: frozenset[str] = frozenset()
+    pause_points: frozenset[str] = frozenset()
+    """Tests only (NIGHTSHIFT_PAUSE_POINTS): crash points where the worker stops itself
+    (SIGSTOP) instead of dying, so a test can act at that instant and then let it go on."""
     web_url: str | None = None
     email_url: str | None = None
     pricing_url: str | None = None
@@ -495,6 +498,9 @@ class Settings:
             flower_basic_auth=env.get("NIGHTSHIFT_FLOWER_BASIC_AUTH") or None,
             task_events=_switch(env, "NIGHTSHIFT_TASK_EVENTS", False),
             crash_points=frozenset(p.strip() for p in crash.split(",") if p.strip()),
+            pause_points=frozenset(
+                p.strip() for p in env.get("NIGHTSHIFT_PAUSE_POINTS", "").split(",") if p.strip()
+            ),
             web_url=env.get("NIGHTSHIFT_WEB_URL") or None,
             email_url=env.get("NIGHTSHIFT_EMAIL_URL") or None,
             pricing_url=env.get("NIGHTSHIFT_PRICING_URL") or None,

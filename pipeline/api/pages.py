@@ -31,7 +31,7 @@ from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
 from pipeline.api.sse import event_stream
 from pipeline.errors import NightshiftError
 from pipeline.keys import entry_kind
-from pipeline.runs.decisions import Actor, Decision, decide
+from pipeline.runs.decisions import Actor, Decision, Seen, decide, retry
 from pipeline.settings import get_settings
 from pipeline.views.actions import ATTENTION, count_actions, list_actions, show_action
 from pipeline.views.artifacts import read_artifact
@@ -343,13 +343,16 @@ CONFIRMATIONS: dict[str, str] = {
     Decision.REJECT: "You rejected it. The run goes on without it; nothing is sent.",
     Decision.HAPPENED: "Recorded: it happened. It will not be sent again; the run goes on.",
     Decision.DID_NOT_HAPPEN: "Recorded: it did not happen. The run sends it again now, once.",
+    "retry": "Retried: its failure is no longer replayed; the next run that means it does it.",
 }
 """What the page says after a person's decision, in place of the state's code."""
 
 
 @router.post("/ui/actions/{key:path}")
 async def decide_page(request: Request, key: str) -> Response:
-    """Approve or reject from the page: the same single-use decision as the webhook."""
+    """Decide from the page, in the signed-in person's name: approve or reject (the same
+    single-use decision as the webhook, applied only to the action as the page showed it), say
+    what happened to an unknown outcome, or retry a failed action."""
     session = await run_in_threadpool(_session, request)
     if session is None:
         return _to_login()
@@ -357,13 +360,17 @@ async def decide_page(request: Request, key: str) -> Response:
     if not _signer(request).csrf_matches(session, fields.get("csrf")):
         return _page(request, "error.html", session, status=403, message=_STALE_FORM)
     decision = fields.get("decision")
-    if decision not in {d.value for d in Decision}:
-        message = "decision must be approve, reject, happened or did_not_happen"
+    if decision not in _PAGE_DECISIONS:
+        message = f"decision must be one of {', '.join(_PAGE_DECISIONS)}"
         return _page(request, "error.html", session, status=422, message=message)
     note = (fields.get("note") or "").strip()[:MAX_NOTE] or None
+    actor = Actor(session.who, session.via)
     try:
-        actor = Actor(session.who, session.via)
-        result = await run_in_threadpool(decide, key, decision, actor, note)
+        if decision == "retry":
+            await run_in_threadpool(retry, key, actor, note)
+            return RedirectResponse(f"/ui/actions/{quote(key, safe='')}?decided=retry", 303)
+        seen = _seen(fields)
+        result = await run_in_threadpool(decide, key, decision, actor, note, seen)
     except NightshiftError as exc:
         try:
             action = await run_in_threadpool(show_action, key)
@@ -376,6 +383,18 @@ async def decide_page(request: Request, key: str) -> Response:
     target = f"/ui/actions/{quote(key, safe='')}"
     shown = f"?decided={result.decision.value}" if result.first else "?repeated=1"
     return RedirectResponse(target + shown, status_code=303)
+
+
+_PAGE_DECISIONS = ("approve", "reject", "happened", "did_not_happen", "retry")
+
+
+def _seen(fields: dict[str, str]) -> Seen:
+    """The run and arguments the form showed (blank when the form predates them)."""
+    try:
+        run_id = uuid.UUID(fields["run_id"]) if fields.get("run_id") else None
+    except ValueError:
+        raise ApiError(400, "the form's run_id is not a run id") from None
+    return Seen(run_id, fields.get("args_hash") or None)
 
 
 def _run_link(run_id: str | uuid.UUID) -> str:

@@ -30,7 +30,7 @@ from pipeline.db import broker_url, database_url
 from pipeline.engine import signatures
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.deadlines import parse_deadline
-from pipeline.runs.decisions import Actor, decide
+from pipeline.runs.decisions import Actor, Seen, decide
 from pipeline.runs.events import start_from_event
 from pipeline.runs.start import start_run
 from pipeline.settings import Settings, get_settings
@@ -366,6 +366,14 @@ class ApprovalDecision(BaseModel):
         deprecated=True,
     )
     note: str | None = Field(default=None, max_length=2000)
+    run_id: uuid.UUID | None = Field(
+        default=None, description="The run the approver saw the action in; 409 if it changed."
+    )
+    args_hash: str | None = Field(
+        default=None,
+        pattern="^[0-9a-f]{64}$",
+        description="The `args_hash` of the arguments the approver saw; 409 if they changed.",
+    )
 
 
 def _extra(model: type[BaseModel], secret_variable: str, bearer_too: bool) -> dict[str, Any]:
@@ -393,7 +401,8 @@ async def approval(action_key: str, request: Request, who: Caller) -> dict[str, 
         request, ApprovalDecision, secret, _APPROVAL_SECRET, credential
     )
     actor = Actor(who.actor.identity, f"approval webhook, {who.actor.via}")
-    result = await run_in_threadpool(decide, action_key, body.decision, actor, body.note)
+    seen = Seen(body.run_id, body.args_hash)
+    result = await run_in_threadpool(decide, action_key, body.decision, actor, body.note, seen)
     return {
         "action_key": result.action_key,
         "decision": result.decision.value,

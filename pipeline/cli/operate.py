@@ -15,7 +15,7 @@ from pipeline.api.server import create_app
 from pipeline.cli.format import print_json, table
 from pipeline.errors import NightshiftError
 from pipeline.runs.cancel import cancel_run
-from pipeline.runs.decisions import Actor, Decision, decide
+from pipeline.runs.decisions import Actor, Decision, decide, retry
 from pipeline.runs.retention import cleanup
 from pipeline.views.actions import list_actions
 from pipeline.views.metrics import as_json, collect, families
@@ -104,6 +104,15 @@ def cmd_actions_resolve(args: argparse.Namespace) -> int:
     return _decide(args.key, verdict, args)
 
 
+def cmd_actions_retry(args: argparse.Namespace) -> int:
+    result = retry(args.key, cli_actor(args.as_name), args.note)
+    print(
+        f"action {result.action_key}: its failure ({result.error or 'no error recorded'}) is no "
+        "longer replayed; the next run that means it does it afresh"
+    )
+    return 0
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     return _decide(args.key, "approve", args)
 
@@ -168,7 +177,9 @@ def register(add: AddCommand) -> None:
     )
     cleanup.add_argument("--json", action="store_true")
 
-    actions = add("actions", _usage, "list side effects, or resolve one whose outcome is unknown")
+    actions = add(
+        "actions", _usage, "list side effects, resolve an unknown outcome, or retry a failure"
+    )
     verbs = actions.add_subparsers(dest="actions_command", required=True, metavar="VERB")
     listing = verbs.add_parser("list", help="actions, newest first")
     listing.set_defaults(handler=cmd_actions_list)
@@ -186,6 +197,13 @@ def register(add: AddCommand) -> None:
         "--did-not-happen", action="store_true", help="it did not happen: send it (once)"
     )
     _by_and_note(resolve)
+    retrying = verbs.add_parser(
+        "retry", help="stop replaying a failed action's failure: the next run does it afresh"
+    )
+    retrying.set_defaults(handler=cmd_actions_retry)
+    retrying.add_argument("key", help="the failed action's idempotency key")
+    _as(retrying, "who retries")
+    retrying.add_argument("--note", help="what was fixed, in a few words")
 
     for name, handler, what in (
         ("approve", cmd_approve, "approve an action waiting for approval"),
@@ -223,4 +241,4 @@ def _me() -> str:
 
 
 def _usage(args: argparse.Namespace) -> int:  # pragma: no cover - argparse requires a verb
-    raise NightshiftError("actions needs a verb: list or resolve")
+    raise NightshiftError("actions needs a verb: list, resolve or retry")

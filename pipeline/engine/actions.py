@@ -3,37 +3,44 @@
 intended -> attempted -> confirmed; an attempt with no saved reply is outcome_unknown and is
 resolved by resending with the same key (only inside the service's key-retention window),
 else by asking the service (lookup), else by a person (the run waits in needs_attention).
+
+An action belongs to the run that recorded it (with its tool call and its arguments' hash):
+only that run waits for its approval and sends it, with the arguments as recorded. Another run
+that means the same key learns the outcome once it is settled, and until then waits in
+needs_attention, saying whose key it is; it never rides on that run's approval or send.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
 
-import pipeline.instruments as instruments
-from models import Action, ActionState, RunStatus
+from models import ActionState, RunStatus
 from pipeline.crash import crash_point
-from pipeline.db import after_commit
+from pipeline.engine import action_rows as rows
+from pipeline.engine.action_rows import ActionView, NewAction
 from pipeline.engine.leases import Lease, fenced
 from pipeline.errors import (
     LookupUnsupported,
     NightshiftError,
     PermanentError,
-    StatusConflict,
     StopStep,
     redact_urls,
 )
-from pipeline.keys import Wait, approval_wait, check_key, person_wait, retry_wait
+from pipeline.keys import (
+    Wait,
+    approval_wait,
+    check_key,
+    conflict_wait,
+    person_wait,
+    retry_wait,
+)
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, classify
-from pipeline.settings import Settings
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput, once_scope
 
 if TYPE_CHECKING:
@@ -44,29 +51,26 @@ log = get_logger("nightshift.actions")
 RESEND_POLICY = RetryPolicy(attempts=3, base_seconds=0.5, cap_seconds=5.0)
 
 
+KEY_CONFLICT = "key_conflict"
+"""The stop reason of a run parked because another run owns the key it means."""
+
+
 class ParkRun(StopStep):
     """Stop this step and park the run until a person, an approval or a timer moves it on."""
 
-    def __init__(self, status: RunStatus, wait: Wait, wake_at: datetime | None = None):
+    def __init__(
+        self,
+        status: RunStatus,
+        wait: Wait,
+        wake_at: datetime | None = None,
+        reason: tuple[str, str] | None = None,
+    ):
         super().__init__(f"parking run as {status} on {wait}")
         self.status = status
         self.waiting_on = str(wait)
         self.wake_at = wake_at
-
-
-@dataclass(frozen=True)
-class ActionView:
-    key: str
-    args: dict[str, Any]
-    """As saved before the first send: a lookup asks the service about these."""
-    state: ActionState
-    attempts: int
-    first_attempt_at: datetime | None
-    result: dict[str, Any] | None
-    error: str | None
-    decided_by: str | None
-    note: str | None
-    now: datetime
+        self.reason = reason
+        """(stop reason, what a person reads) while it is parked, for a conflict."""
 
 
 def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
@@ -79,14 +83,20 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     except NightshiftError as exc:
         raise PermanentError(str(exc)) from None
     keyed = replace(context, idempotency_key=key)
-    action = _ensure_recorded(call, tool, effect, key, args, context.settings)
+    action = _record(call, tool, effect, key, context)
+    settled = _settled_elsewhere(call, tool, action)
+    if settled is not None:
+        return settled
     crash_point("after_intended")
     for resend in range(RESEND_POLICY.attempts + 1):
         context.keep_going()
         outcome = _next_move(call, tool, keyed, action, resend)
         if outcome is not None:
             return outcome
-        action = _load(call.lease, key)
+        action = rows.load(call.lease, key)
+        settled = _settled_elsewhere(call, tool, action)
+        if settled is not None:
+            return settled
     if action.state is ActionState.INTENDED:
         # The last resend never went out: nothing is unknown, the service is down. A person
         # could not resolve this (their decisions need outcome_unknown): try again later.
@@ -107,7 +117,88 @@ def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
         key = check_key(tool.action_key(call.block["input"], context), what="idempotency key")
     except NightshiftError:
         return  # perform() reports it to the model when this call's turn comes
-    _ensure_recorded(call, tool, effect, key, call.block["input"], context.settings)
+    _record(call, tool, effect, key, context)
+
+
+def _record(
+    call: ToolCall, tool: Tool, effect: SideEffect, key: str, context: ToolContext
+) -> ActionView:
+    """Save the key (or find who has it) before anything is sent."""
+    approvers = context.settings.approvers_for(tool.name, tool.approvers)
+    new = NewAction(
+        key=key,
+        run_id=call.run_id,
+        tool_use_id=call.block["id"],
+        tool=tool.name,
+        service=effect.service,
+        args=call.block["input"],
+        requires_approval=tool.requires_approval,
+        approvers=approvers,
+    )
+    with fenced(call.lease) as session:
+        return rows.record_txn(session, new)
+
+
+def _settled_elsewhere(call: ToolCall, tool: Tool, action: ActionView) -> ToolOutput | None:
+    """None when the action is this run's to carry on. Another run's settled action gives its
+    outcome (the effect is not repeated); one still in progress parks this run."""
+    mine = action.run_id == call.run_id
+    if (
+        mine
+        and action.tool == tool.name
+        and (action.requires_approval or not tool.requires_approval)
+    ):
+        return None
+    key = action.key
+    if mine:
+        # The same key from another tool of this run, or recorded before the tool needed
+        # approval: sending it now would skip the approval this tool requires.
+        _park_for_conflict(
+            key,
+            f"action {key!r} was recorded by {action.tool} "
+            f"{'with' if action.requires_approval else 'without'} approval; {tool.name} "
+            f"{'needs' if tool.requires_approval else 'does not need'} one",
+        )
+    if action.state is ActionState.CONFIRMED:
+        log.info("action %s was done by run %s; not doing it again", key, action.run_id)
+        return action.result or {}
+    if action.state is ActionState.FAILED:
+        _replay_failure(action)
+    if action.state is ActionState.REJECTED:
+        return _rejected(action)
+    _park_for_conflict(
+        key,
+        f"action {key!r} belongs to run {action.run_id} ({action.run_status}), where it is "
+        f"{action.state}: this run waits until that run settles it, or for a person to "
+        "cancel this run",
+    )
+    raise AssertionError("unreachable: parking raises")
+
+
+def _replay_failure(action: ActionView) -> None:
+    log.warning(
+        "action %s: replaying its stored failure from %s (%s); `nightshift actions retry %s` "
+        "lets the next run try again",
+        action.key,
+        action.updated_at.isoformat(timespec="seconds"),
+        action.error,
+        action.key,
+    )
+    raise PermanentError(
+        f"{action.error or 'the service refused this action'} (a failure recorded "
+        f"{action.updated_at:%Y-%m-%d %H:%M} UTC, replayed, not tried again; an operator can "
+        f"retry it: nightshift actions retry {action.key})"
+    )
+
+
+def _rejected(action: ActionView) -> str:
+    who = action.decided_by or "a person"
+    return f"Not done: {who} rejected this action ({action.note or 'no reason given'})."
+
+
+def _park_for_conflict(key: str, why: str) -> None:
+    log.warning("%s", why)
+    raise ParkRun(RunStatus.NEEDS_ATTENTION, conflict_wait(key), reason=(KEY_CONFLICT, why))
 
 
 def _next_move(
@@ -118,17 +209,19 @@ def _next_move(
     if action.state is ActionState.CONFIRMED:
         return action.result or {}
     if action.state is ActionState.FAILED:
-        raise PermanentError(action.error or "the service refused this action")
+        _replay_failure(action)
     if action.state is ActionState.REJECTED:
-        who = action.decided_by or "a person"
-        return f"Not done: {who} rejected this action ({action.note or 'no reason given'})."
+        return _rejected(action)
     if action.state is ActionState.WITHDRAWN:
         return "Not done: the approval was withdrawn because the run ended before a decision."
+    if action.state is ActionState.RELEASED:
+        # Released since it was read (the run ended meanwhile): nothing here may send it.
+        _park_for_conflict(key, f"action {key!r} was released while this run meant it")
     if action.state is ActionState.PENDING_APPROVAL:
         raise ParkRun(RunStatus.WAITING, approval_wait(key))
     if action.state is ActionState.ATTEMPTED:
         # An attempt whose reply was never saved: it may or may not have happened.
-        _transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
+        rows.transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
         return None
     if action.state is ActionState.OUTCOME_UNKNOWN:
         return _reconcile(call, tool, context, action, resend)
@@ -146,7 +239,7 @@ def _reconcile(
     retention = effect.retention(context.settings)
     if effect.honoured(context.settings) and _inside_retention(retention, action):
         log.info("action %s: outcome unknown; resending with the same key", key)
-        _transition(call.lease, key, ActionState.INTENDED, resolution="resent_with_key")
+        rows.transition(call.lease, key, ActionState.INTENDED, resolution="resent_with_key")
         return None
     if effect.lookup is not None:
         try:
@@ -164,11 +257,11 @@ def _reconcile(
             supported = True
         if supported and found is not None:
             log.info("action %s: lookup says it happened; confirming without resending", key)
-            _confirm(call.lease, key, found, resolution="lookup")
+            rows.confirm(call.lease, key, found, resolution="lookup")
             return None
         if supported:
             log.info("action %s: lookup says it did not happen; sending with the same key", key)
-            _transition(call.lease, key, ActionState.INTENDED, resolution="lookup_not_found")
+            rows.transition(call.lease, key, ActionState.INTENDED, resolution="lookup_not_found")
             return None
     _park_for_person(call.lease, key, "no reply was saved and the service cannot tell")
     return None
@@ -185,19 +278,20 @@ def _inside_retention(retention: timedelta | None, action: ActionView) -> bool:
 def _send(
     call: ToolCall, tool: Tool, context: ToolContext, action: ActionView
 ) -> ToolOutput | None:
-    key = action.key
+    key, run_id = action.key, call.run_id
     with fenced(call.lease) as session:
-        _set_state_txn(session, key, ActionState.ATTEMPTED, attempted=True)
+        rows.set_state_txn(session, run_id, key, ActionState.ATTEMPTED, attempted=True)
     crash_point("after_attempted")
     try:
         # The run row stays locked during the send: a worker taking over waits for the reply
         # (or for PostgreSQL to end this session if this process freezes) before reconciling.
         with fenced(call.lease) as session:
-            _hold_run_during_send_txn(session, call.lease, context.settings.lease_seconds)
+            rows.hold_run_during_send_txn(session, call.lease, context.settings.lease_seconds)
+            # The arguments as recorded: what the approver saw, whatever this call passed.
             with once_scope(None):  # the send happens once already: once() is refused here
-                result = tool.run(call.block["input"], context)
+                result = tool.run(action.args, context)
             crash_point("after_send_before_reply")
-            _confirm_txn(session, key, _as_result(result), resolution=None)
+            rows.confirm_txn(session, run_id, key, rows.as_result(result), resolution=None)
     except (StopStep, KeyboardInterrupt, DBAPIError):
         raise  # the reply was not saved: the next step finds `attempted` and reconciles
     except Exception as exc:
@@ -205,134 +299,14 @@ def _send(
         if isinstance(error, PermanentError):
             with fenced(call.lease) as session:
                 failed = context.settings.config.redact(redact_urls(str(error)))
-                _set_state_txn(session, key, ActionState.FAILED, error=failed)
+                rows.set_state_txn(session, run_id, key, ActionState.FAILED, error=failed)
             raise error from exc
         why = context.settings.config.redact(str(error))
         log.warning("action %s: send failed, outcome unknown: %s", key, why)
-        _transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
+        rows.transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
         return None
     crash_point("after_confirmed")
     return result
-
-
-def _as_result(output: ToolOutput) -> dict[str, Any]:
-    return output if isinstance(output, dict) else {"text": str(output)}
-
-
-# -- database --------------------------------------------------------------------------------
-
-
-def _ensure_recorded(
-    call: ToolCall,
-    tool: Tool,
-    effect: SideEffect,
-    key: str,
-    args: dict[str, Any],
-    settings: Settings,
-) -> ActionView:
-    """Save the key before anything is sent; an existing row (same meaning) is reused."""
-    state = ActionState.PENDING_APPROVAL if tool.requires_approval else ActionState.INTENDED
-    with fenced(call.lease) as session:
-        inserted = session.execute(
-            insert(Action)
-            .values(
-                idempotency_key=key,
-                run_id=call.run_id,
-                tool_use_id=call.block["id"],
-                tool=tool.name,
-                service=effect.service,
-                args=args,
-                state=state,
-                requires_approval=tool.requires_approval,
-                approvers=list(settings.approvers_for(tool.name, tool.approvers)),
-            )
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        ).rowcount  # type: ignore[attr-defined]
-        if inserted:
-            after_commit(session, instruments.ACTIONS.labels(state.value).inc)
-        return _view_txn(session, key)
-
-
-def _load(lease: Lease, key: str) -> ActionView:
-    with fenced(lease) as session:
-        return _view_txn(session, key)
-
-
-def _view_txn(session: Session, key: str) -> ActionView:
-    row = session.execute(select(Action, func.now()).where(Action.idempotency_key == key)).one()
-    action, now = row
-    return ActionView(
-        key=key,
-        args=action.args,
-        state=action.state,
-        attempts=action.attempts,
-        first_attempt_at=action.first_attempt_at,
-        result=action.result,
-        error=action.error,
-        decided_by=action.decided_by,
-        note=action.note,
-        now=now,
-    )
-
-
-def _set_state_txn(
-    session: Session,
-    key: str,
-    new: ActionState,
-    *,
-    attempted: bool = False,
-    error: str | None = None,
-    resolution: str | None = None,
-) -> None:
-    values: dict[str, Any] = {"state": new}
-    if attempted:
-        values |= {
-            "attempts": Action.attempts + 1,
-            "first_attempt_at": func.coalesce(Action.first_attempt_at, func.now()),
-            "last_attempt_at": func.now(),
-        }
-    if error is not None:
-        values["error"] = error
-    if resolution is not None:
-        values["resolution"] = resolution
-    changed = session.execute(
-        update(Action)
-        .where(Action.idempotency_key == key, Action.state.in_(ActionState.sources_of(new)))
-        .values(**values)
-    ).rowcount  # type: ignore[attr-defined]
-    if not changed:
-        raise StatusConflict(f"action {key!r} cannot become {new} from its current state")
-    after_commit(session, instruments.ACTIONS.labels(new.value).inc)
-
-
-def _transition(lease: Lease, key: str, new: ActionState, resolution: str | None) -> None:
-    with fenced(lease) as session:
-        _set_state_txn(session, key, new, resolution=resolution)
-
-
-def _confirm_txn(
-    session: Session, key: str, result: dict[str, Any], resolution: str | None
-) -> None:
-    _set_state_txn(session, key, ActionState.CONFIRMED, resolution=resolution)
-    session.execute(update(Action).where(Action.idempotency_key == key).values(result=result))
-
-
-def _confirm(lease: Lease, key: str, result: ToolOutput, resolution: str) -> None:
-    with fenced(lease) as session:
-        _confirm_txn(session, key, _as_result(result), resolution)
-
-
-def _hold_run_during_send_txn(session: Session, lease: Lease, lease_seconds: float) -> None:
-    """Extend the lease for the send and let PostgreSQL end this session if it stalls."""
-    timeout_ms = int(lease_seconds * 1000)
-    session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
-    session.execute(
-        text(
-            "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :secs) "
-            "WHERE id = :run_id AND fence = :fence"
-        ),
-        {"secs": lease_seconds * 2, "run_id": lease.run_id, "fence": lease.fence},
-    )
 
 
 def _park_for_person(lease: Lease, key: str, why: str) -> None:

@@ -23,6 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from models import Alert, Batch, BatchStatus, Run, RunStatus, tokens_used
 from pipeline.logs import get_logger
+from pipeline.runs.obligations import settle_actions_of_ended_txn
 from pipeline.settings import Settings
 
 log = get_logger("nightshift.budgets")
@@ -215,7 +216,7 @@ def _stop_batches_txn(
     ).all()
     if not stopped:
         return
-    session.execute(
+    parked = session.scalars(
         update(Run)
         .where(Run.batch_id.in_(stopped), Run.status.in_(RunStatus.parked()))
         .values(
@@ -225,7 +226,9 @@ def _stop_batches_txn(
             wake_at=None,
             error=message,
         )
-    )
+        .returning(Run.id)
+    ).all()
+    settle_actions_of_ended_txn(session, Run.id.in_(parked), reason)
 
 
 def raise_alert_txn(session: Session, kind: str, subject: str, message: str) -> NewAlert | None:

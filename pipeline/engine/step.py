@@ -60,7 +60,8 @@ from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
 from pipeline.retry import RetryPolicy, call_with_retries
 from pipeline.runs import fanout, notify
-from pipeline.runs.waits import is_settled_txn, withdraw_approvals_txn
+from pipeline.runs.obligations import settle_actions_of_ended_txn
+from pipeline.runs.waits import is_settled_txn
 from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.engine")
@@ -378,6 +379,7 @@ class StepRunner:
 
     def _park(self, run: RunSnapshot, park: ParkRun) -> StepResult:
         """Leave the run waiting with no lease and no message; this step is replayed later."""
+        crash_point("before_park")
         with fenced(self.lease) as session:
             # After the fence guard locked the run row: a decision that commits later has its
             # wake wait for that lock and then find the run parked, so one of the two moves it.
@@ -388,7 +390,8 @@ class StepRunner:
                 self._send_next(session, run, run.step)
                 log.info("%s was decided before the run parked; replaying", park.waiting_on)
                 return StepResult(Outcome.CONTINUE, run.id)
-            session.execute(
+            code, why = park.reason or (None, None)
+            parked = session.execute(
                 update(Run)
                 .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
                 .values(
@@ -396,7 +399,8 @@ class StepRunner:
                     status=case(
                         (Run.cancel_requested, RunStatus.CANCELLED.value), else_=park.status.value
                     ),
-                    stop_reason=case((Run.cancel_requested, "cancelled"), else_=None),
+                    stop_reason=case((Run.cancel_requested, "cancelled"), else_=code),
+                    error=case((Run.cancel_requested, None), else_=why),
                     finished_at=case((Run.cancel_requested, func.now()), else_=None),
                     waiting_on=park.waiting_on,
                     wake_at=case(
@@ -405,9 +409,12 @@ class StepRunner:
                     ),
                     **RELEASED,
                 )
-            )
+                .returning(Run.status)
+            ).scalar_one_or_none()
+            if parked is RunStatus.CANCELLED:
+                settle_actions_of_ended_txn(session, Run.id == run.id, "cancelled")
             notify.dispatch_new_txn(session)  # a wait for a person may be worth telling
-        log.info("parked: %s on %s", park.status, park.waiting_on)
+        log.info("parked: %s on %s", parked or park.status, park.waiting_on)
         return StepResult(Outcome.STOPPED, run.id)
 
     def _finish(
@@ -437,7 +444,7 @@ class StepRunner:
                 )
             ).rowcount  # type: ignore[attr-defined]
             if changed and status.is_terminal():
-                withdraw_approvals_txn(session, Run.id == run.id, reason)
+                settle_actions_of_ended_txn(session, Run.id == run.id, reason)
                 # The batch join, and the batch's own end, in the finish's transaction.
                 fanout.synthesis_finished_txn(session, run.id, status)
                 if run.batch_id:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 
-from models import Run, RunStatus
+from models import Batch, BatchStatus, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound
 from pipeline.logs import get_logger
 from pipeline.runs.notify import dispatch_new_txn
-from pipeline.runs.waits import withdraw_approvals_txn
+from pipeline.runs.obligations import settle_actions_of_ended_txn
 
 log = get_logger("nightshift.cancel")
 
@@ -49,11 +49,35 @@ def cancel_run_txn(
     session.execute(
         update(Run).where(Run.id == run_id, Run.cancel_requested.is_(False)).values(**values)
     )
-    withdraw_approvals_txn(session, Run.id == run_id, reason)
+    settle_actions_of_ended_txn(session, Run.id == run_id, reason)
     dispatch_new_txn(session)
     new = RunStatus.CANCELLED if status.is_parked() else status
     log.info("run %s: cancel requested by %s (%s)", run_id, by, new)
     return CancelResult(run_id, new)
+
+
+def cancel_batch_txn(
+    session: Session, batch_id: str, by: str, reason: str = "cancelled"
+) -> list[CancelResult]:
+    """Stop a batch: no synthesis starts for it any more, and its unfinished runs (children,
+    and a synthesis already started) are cancelled like any run."""
+    synthesis = session.execute(
+        update(Batch)
+        .where(Batch.id == batch_id, Batch.status.not_in(BatchStatus.terminal()))
+        .values(status=BatchStatus.STOPPED, stop_reason=reason, finished_at=func.now())
+        .returning(Batch.synthesis_run_id)
+    ).one_or_none()
+    if synthesis is None:
+        return []  # finished or stopped already
+    mine = Run.batch_id == batch_id
+    if synthesis.synthesis_run_id is not None:
+        mine = or_(mine, Run.id == synthesis.synthesis_run_id)
+    unfinished = session.scalars(
+        select(Run.id).where(mine, Run.status.not_in(RunStatus.terminal())).order_by(Run.id)
+    ).all()
+    log.info("batch %s: stopped by %s (%s); cancelling %d run(s)", batch_id, by, reason,
+             len(unfinished))  # fmt: skip
+    return [cancel_run_txn(session, run_id, by, reason) for run_id in unfinished]
 
 
 def cancel_run(run_id: uuid.UUID, by: str, reason: str = "cancelled") -> CancelResult:

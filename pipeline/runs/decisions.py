@@ -4,6 +4,9 @@ Each is a compare-and-set on the action row: the first decision wins, an identic
 returns the first outcome, a conflicting one is refused. The run is woken after the commit.
 Who decides is an Actor the caller authenticated (a token, a proxy header, the operator CLI);
 every decision is also appended to the action's audit trail with how it was authenticated.
+An approval can name what it saw (the run and the arguments' hash): if the action has changed
+since, it is refused rather than applied to something the approver never saw. An unknown
+outcome can be settled after its run ended; a failed action can be retried.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, or_, select, true, update
+from sqlalchemy import case, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
 from models import Action, ActionAudit, ActionState, Run, RunStatus
@@ -62,7 +65,15 @@ class DecisionResult:
     run_id: uuid.UUID
 
 
-# What each decision requires and produces.
+@dataclass(frozen=True)
+class Seen:
+    """What the person deciding was shown: the decision applies only if the action still is."""
+
+    run_id: uuid.UUID | None = None
+    args_hash: str | None = None
+
+
+# What each decision requires and produces (did_not_happen of an ended run: released).
 _RULES: dict[Decision, tuple[ActionState, ActionState]] = {
     Decision.APPROVE: (ActionState.PENDING_APPROVAL, ActionState.INTENDED),
     Decision.REJECT: (ActionState.PENDING_APPROVAL, ActionState.REJECTED),
@@ -72,19 +83,28 @@ _RULES: dict[Decision, tuple[ActionState, ActionState]] = {
 
 
 def decide(
-    key: str, decision: Decision | str, actor: Actor, note: str | None = None
+    key: str,
+    decision: Decision | str,
+    actor: Actor,
+    note: str | None = None,
+    seen: Seen | None = None,
 ) -> DecisionResult:
     """Record a person's decision once and wake the run that waits for it."""
     decision = Decision(decision)
     with transaction() as session:
-        result = decide_txn(session, key, decision, actor, note)
+        result = decide_txn(session, key, decision, actor, note, seen)
     if result.first:
-        _wake(result.run_id, result.action_key)
+        _wake(result.action_key)
     return result
 
 
 def decide_txn(
-    session: Session, key: str, decision: Decision, actor: Actor, note: str | None
+    session: Session,
+    key: str,
+    decision: Decision,
+    actor: Actor,
+    note: str | None,
+    seen: Seen | None = None,
 ) -> DecisionResult:
     by = actor.identity
     required, new = _RULES[decision]
@@ -106,27 +126,40 @@ def decide_txn(
         func.jsonb_array_length(Action.approvers) == 0,
         Action.approvers.op("@>")(func.jsonb_build_array(by)),
     )
+    run_ended = Action.run_id.in_(select(Run.id).where(Run.status.in_(RunStatus.terminal())))
+    conditions = [Action.idempotency_key == key, Action.state == required, allowed]
     if decision in (Decision.HAPPENED, Decision.DID_NOT_HAPPEN):
-        allowed = true()
-    # A finished run will never send an approved action, nor will one past its deadline
-    # (the tick is about to end it): refuse rather than pretend.
-    run_open = Action.run_id.in_(
-        select(Run.id).where(
-            Run.status.not_in(RunStatus.terminal()),
-            or_(Run.deadline.is_(None), Run.deadline > func.now()),
+        conditions[-1] = true()  # what happened is a fact a person checked, not an approval
+    else:
+        # A finished run will never send an approved action, nor will one past its deadline
+        # (the tick is about to end it): refuse rather than pretend.
+        run_open = Action.run_id.in_(
+            select(Run.id).where(
+                Run.status.not_in(RunStatus.terminal()),
+                or_(Run.deadline.is_(None), Run.deadline > func.now()),
+            )
         )
-    )
+        conditions.append(run_open)
+    if decision is Decision.DID_NOT_HAPPEN:
+        # Its run sends it, once; after the run ended nobody will: the next run may.
+        values["state"] = case(
+            (run_ended, ActionState.RELEASED.value), else_=ActionState.INTENDED.value
+        )
+    if seen is not None and seen.run_id is not None:
+        conditions.append(Action.run_id == seen.run_id)
+    if seen is not None and seen.args_hash is not None:
+        conditions.append(Action.args_hash == seen.args_hash)
     changed = session.execute(
         update(Action)
-        .where(Action.idempotency_key == key, Action.state == required, allowed, run_open)
+        .where(*conditions)
         .values(**values)
-        .returning(Action.run_id)
-    ).scalar_one_or_none()
+        .returning(Action.run_id, Action.state, Action.args_hash)
+    ).one_or_none()
     if changed is not None:
         log.info("action %s: %s by %s (%s)", key, decision, by, actor.via)
-        audit_txn(session, key, changed, decision.value, actor, note)
-        return DecisionResult(key, decision, by, True, new, changed)
-    return _repeat_or_refuse(session, key, decision, required, by)
+        audit_txn(session, key, changed.run_id, decision.value, actor, note, changed.args_hash)
+        return DecisionResult(key, decision, by, True, changed.state, changed.run_id)
+    return _repeat_or_refuse(session, key, decision, required, by, seen)
 
 
 def audit_txn(
@@ -136,25 +169,50 @@ def audit_txn(
     event: str,
     actor: Actor,
     note: str | None = None,
+    args_hash: str | None = None,
 ) -> None:
     """Append to the action's audit trail (in the transaction that made the change)."""
     session.add(
         ActionAudit(
-            action_key=key, run_id=run_id, event=event, by=actor.identity, via=actor.via, note=note
+            action_key=key,
+            run_id=run_id,
+            event=event,
+            by=actor.identity,
+            via=actor.via,
+            note=note,
+            args_hash=args_hash,
         )
     )
 
 
 def _repeat_or_refuse(
-    session: Session, key: str, decision: Decision, required: ActionState, by: str
+    session: Session,
+    key: str,
+    decision: Decision,
+    required: ActionState,
+    by: str,
+    seen: Seen | None,
 ) -> DecisionResult:
     row = session.execute(
         select(
-            Action.run_id, Action.state, Action.decision, Action.decided_by, Action.approvers
+            Action.run_id,
+            Action.state,
+            Action.decision,
+            Action.decided_by,
+            Action.approvers,
+            Action.args_hash,
         ).where(Action.idempotency_key == key)
     ).one_or_none()
     if row is None:
         raise UnknownAction(f"no action has idempotency key {key!r}")
+    if seen is not None and (
+        (seen.run_id is not None and seen.run_id != row.run_id)
+        or (seen.args_hash is not None and seen.args_hash != row.args_hash)
+    ):
+        raise DecisionConflict(
+            f"action {key!r} is not the one you saw: it now belongs to run {row.run_id} "
+            "or has other arguments; look at it again before deciding"
+        )
     run = session.execute(
         select(Run.status, Run.stop_reason, Run.deadline, Run.deadline <= func.now()).where(
             Run.id == row.run_id
@@ -165,17 +223,19 @@ def _repeat_or_refuse(
             f"action {key!r} was withdrawn: its run {row.run_id} ended ({run.stop_reason}) "
             "before anyone decided"
         )
-    if row.decision is None and run.status in RunStatus.terminal():
+    approving = decision in (Decision.APPROVE, Decision.REJECT)
+    undecided = approving and row.decision is None
+    if undecided and run.status in RunStatus.terminal():
         raise StatusConflict(
             f"action {key!r} belongs to run {row.run_id}, which is {run.status}: "
             "nothing would carry out a decision now"
         )
-    if row.decision is None and run[3]:  # past the deadline
+    if undecided and run[3]:  # past the deadline
         raise StatusConflict(
             f"action {key!r} belongs to run {row.run_id}, whose deadline passed at "
             f"{run.deadline.isoformat()}: nothing would carry out a decision now"
         )
-    if row.decision is None and row.state == required and by not in (row.approvers or [by]):
+    if undecided and row.state == required and by not in (row.approvers or [by]):
         # Never say who may: that tells a stranger whose credential to go after.
         raise NotAnApprover(
             f"{by!r} is not among the approvers of action {key!r} (the tool's approvers, or "
@@ -193,9 +253,40 @@ def _repeat_or_refuse(
     )
 
 
-def _wake(run_id: uuid.UUID, key: str) -> None:
-    """Make the run runnable again if it waits on this action. A transaction of its own, after
-    the decision's: the engine locks a run before its actions, and this must not invert that
-    order. If this never runs, the tick finds the decided action and wakes the run."""
+def _wake(key: str) -> None:
+    """Make runs waiting on this action runnable again (its own, and any waiting for its key).
+    A transaction of its own, after the decision's: the engine locks a run before its actions,
+    and this must not invert that order. If this never runs, the tick finds the settled action
+    and wakes the runs."""
     with transaction() as session:
-        wake_for_action_txn(session, run_id, key)
+        wake_for_action_txn(session, key)
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    action_key: str
+    run_id: uuid.UUID
+    """The run whose failure this was; the next run meaning the action takes the key over."""
+    error: str | None
+    """The failure that was recorded, now no longer replayed."""
+
+
+def retry(key: str, actor: Actor, note: str | None = None) -> RetryResult:
+    """Stop replaying a failed action's stored failure: the key is released, and the next run
+    that means the action (its own run, if it calls again, or a rerun) does it afresh."""
+    with transaction() as session:
+        row = session.execute(
+            update(Action)
+            .where(Action.idempotency_key == key, Action.state == ActionState.FAILED)
+            .values(state=ActionState.RELEASED, resolution="retried")
+            .returning(Action.run_id, Action.error, Action.args_hash)
+        ).one_or_none()
+        if row is None:
+            state = session.scalar(select(Action.state).where(Action.idempotency_key == key))
+            if state is None:
+                raise UnknownAction(f"no action has idempotency key {key!r}")
+            raise StatusConflict(f"action {key!r} is {state}; only a failed action can be retried")
+        audit_txn(session, key, row.run_id, "retry", actor, note or row.error, row.args_hash)
+    log.info("action %s: retried by %s (%s); its key is released", key, actor.identity, actor.via)
+    _wake(key)
+    return RetryResult(key, row.run_id, row.error)

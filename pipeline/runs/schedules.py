@@ -25,7 +25,7 @@ from pipeline.db import transaction
 from pipeline.errors import NightshiftError
 from pipeline.keys import slot_key
 from pipeline.registry import get_agent
-from pipeline.runs.cancel import cancel_run_txn
+from pipeline.runs.cancel import cancel_batch_txn, cancel_run_txn
 from pipeline.runs.fanout import create_batch_txn
 from pipeline.runs.schedule_list import find_schedule, load_schedules
 from pipeline.runs.start import create_run_txn
@@ -38,6 +38,9 @@ from pipeline.slots import (
 )
 
 log = logging.getLogger("nightshift.schedules")
+
+REPLACED = "replaced_by_newer_slot"
+"""The stop reason of a run or batch that cancel_other replaced."""
 
 ON_TIME = timedelta(minutes=5)
 """A schedule's newest slot, checked within this long of its time, fires as on time; any other
@@ -388,15 +391,13 @@ class _Firing:
         return _Busy(previous.slot, previous.run_id, previous.batch_id, str(status))
 
     def _cancel(self, busy: _Busy, slot: datetime) -> None:
-        run_ids = [busy.run_id] if busy.run_id else []
-        if busy.batch_id is not None:
-            running = Run.status.not_in(RunStatus.terminal())
-            run_ids = list(
-                self.session.scalars(select(Run.id).where(Run.batch_id == busy.batch_id, running))
-            )
         by = f"schedule {self.schedule.name}, slot {self._when(slot)}"
-        for run_id in run_ids:
-            cancel_run_txn(self.session, run_id, by, "replaced_by_newer_slot")
+        if busy.batch_id is not None:
+            # The whole batch: cancelling only its children left it running, and the tick's
+            # join then started the old night's synthesis, which proposed a second set of prices.
+            cancel_batch_txn(self.session, busy.batch_id, by, REPLACED)
+        elif busy.run_id is not None:
+            cancel_run_txn(self.session, busy.run_id, by, REPLACED)
 
     def _words(self, busy: _Busy) -> str:
         what = f"batch {busy.batch_id}" if busy.batch_id else f"run {busy.run_id}"

@@ -1,21 +1,23 @@
-"""Waking parked runs: the one path by which a due timer, an approval or a person's resolution
-makes a waiting run runnable again. Its step is sent once the transaction commits."""
+"""Waking parked runs: the one path by which a due timer, an approval, a person's resolution or
+the settling of another run's action makes a waiting run runnable again. Its step is sent once
+the transaction commits."""
 
 from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from models import Action, ActionAudit, ActionState, Run, RunStatus
+from models import Action, ActionState, Run, RunStatus
 from pipeline.app import send_step_after_commit
-from pipeline.keys import Wait, WaitKind, approval_wait, person_wait
+from pipeline.keys import Wait, WaitKind, approval_wait, conflict_wait, person_wait
 
-# What each kind of wait a person settles is waiting for the action to leave.
-_UNSETTLED = {
-    WaitKind.APPROVAL: ActionState.PENDING_APPROVAL,
-    WaitKind.ACTION: ActionState.OUTCOME_UNKNOWN,
+# What each kind of wait on an action is waiting for the action to leave.
+_UNSETTLED: dict[WaitKind, tuple[ActionState, ...]] = {
+    WaitKind.APPROVAL: (ActionState.PENDING_APPROVAL,),
+    WaitKind.ACTION: (ActionState.OUTCOME_UNKNOWN,),
+    WaitKind.CONFLICT: ActionState.in_progress(),
 }
 
 
@@ -30,6 +32,9 @@ def wake_txn(session: Session, which: ColumnElement[bool]) -> list[uuid.UUID]:
             wake_at=None,
             lease_owner=None,
             lease_expires_at=None,
+            # A parked run's reason (a key conflict) no longer holds once it runs.
+            stop_reason=None,
+            error=None,
             updated_at=func.now(),
         )
         .returning(Run.id, Run.agent, Run.step, Run.batch_id)
@@ -39,10 +44,12 @@ def wake_txn(session: Session, which: ColumnElement[bool]) -> list[uuid.UUID]:
     return [row.id for row in woken]
 
 
-def wake_for_action_txn(session: Session, run_id: uuid.UUID, action_key: str) -> bool:
-    """After a person decided the action: wake its run if the run waits for that decision."""
-    waits = [str(approval_wait(action_key)), str(person_wait(action_key))]
-    return bool(wake_txn(session, and_(Run.id == run_id, Run.waiting_on.in_(waits))))
+def wake_for_action_txn(session: Session, action_key: str) -> list[uuid.UUID]:
+    """After the action changed (a decision, a retry): wake every run whose wait on it is
+    settled now: its owner waiting for the decision, and other runs waiting for the key."""
+    waits = [str(w(action_key)) for w in (approval_wait, person_wait, conflict_wait)]
+    settled = _settled_runs().where(Run.waiting_on.in_(waits))
+    return wake_txn(session, Run.id.in_(settled.scalar_subquery()))
 
 
 def wake_due_timers_txn(session: Session, limit: int) -> list[uuid.UUID]:
@@ -57,24 +64,27 @@ def wake_due_timers_txn(session: Session, limit: int) -> list[uuid.UUID]:
 
 
 def wake_settled_txn(session: Session, limit: int) -> list[uuid.UUID]:
-    """Runs still parked on a decision that was made: the deciding process died before its
-    wake, or the decision committed while the run was parking."""
+    """Runs still parked on an action that was settled: the deciding process died before its
+    wake, the decision committed while the run was parking, or another run's action (a key
+    conflict) was settled by that run."""
+    settled = _settled_runs().limit(limit).with_for_update(of=Run, skip_locked=True)
+    return wake_txn(session, Run.id.in_(settled.scalar_subquery()))
+
+
+def _settled_runs() -> Select[uuid.UUID]:
     kind = func.split_part(Run.waiting_on, ":", 1)
     ref = func.substr(Run.waiting_on, func.strpos(Run.waiting_on, ":") + 1)
     settled = or_(
         *(
-            and_(kind == wait.value, Action.state != unsettled)
+            and_(kind == wait.value, Action.state.not_in(unsettled))
             for wait, unsettled in _UNSETTLED.items()
         )
     )
-    decided = (
+    return (
         select(Run.id)
         .join(Action, Action.idempotency_key == ref)
         .where(Run.status.in_(RunStatus.parked()), settled)
-        .limit(limit)
-        .with_for_update(of=Run, skip_locked=True)
     )
-    return wake_txn(session, Run.id.in_(decided.scalar_subquery()))
 
 
 def is_settled_txn(session: Session, waiting_on: str) -> bool:
@@ -84,24 +94,4 @@ def is_settled_txn(session: Session, waiting_on: str) -> bool:
     if unsettled is None:
         return False
     state = session.scalar(select(Action.state).where(Action.idempotency_key == wait.ref))
-    return state not in (None, unsettled)
-
-
-def withdraw_approvals_txn(session: Session, which: ColumnElement[bool], reason: str) -> int:
-    """Withdraw the pending approvals of runs that ended (matching `which` on the run): nobody
-    will carry them out, so a later approval must be refused rather than pretend. Each
-    withdrawal goes on the action's audit trail."""
-    ended = select(Run.id).where(which, Run.status.in_(RunStatus.terminal()))
-    pending = Action.state == ActionState.PENDING_APPROVAL
-    withdrawn = session.execute(
-        update(Action)
-        .where(Action.run_id.in_(ended.scalar_subquery()), pending)
-        .values(state=ActionState.WITHDRAWN, resolution=reason, updated_at=func.now())
-        .returning(Action.idempotency_key, Action.run_id)
-    ).all()
-    via = f"the run ended ({reason})"
-    for key, run_id in withdrawn:
-        session.add(
-            ActionAudit(action_key=key, run_id=run_id, event="withdrawn", by="nightshift", via=via)
-        )
-    return len(withdrawn)
+    return state is not None and state not in unsettled

@@ -6,16 +6,18 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from models import Action, ActionState
+from models import Action, ActionAudit, ActionState
 from pipeline.db import read_only
 from pipeline.errors import UnknownAction
 from pipeline.views.runs import plain
 
 ACTION_FIELDS = (
-    "idempotency_key", "run_id", "tool", "service", "args", "state", "attempts", "resolution",
+    "idempotency_key", "run_id", "tool", "service", "args", "args_hash", "state", "attempts",
+    "resolution",
     "result", "error", "requires_approval", "approvers", "decision", "decided_by", "decided_at",
     "note", "first_attempt_at", "last_attempt_at", "created_at", "updated_at",
 )  # fmt: skip
+AUDIT_FIELDS = ("created_at", "event", "by", "via", "note", "run_id", "args_hash")
 
 
 ATTENTION = (ActionState.PENDING_APPROVAL, ActionState.OUTCOME_UNKNOWN)
@@ -38,7 +40,11 @@ def show_action(key: str) -> dict[str, Any]:
         if action is None:
             raise UnknownAction(f"no action has idempotency key {key!r}")
         shown = {name: plain(getattr(action, name)) for name in ACTION_FIELDS}
-        return shown | {"state": action.state.value}
+        audit = session.scalars(
+            select(ActionAudit).where(ActionAudit.action_key == key).order_by(ActionAudit.id)
+        )
+        trail = [{name: plain(getattr(entry, name)) for name in AUDIT_FIELDS} for entry in audit]
+        return shown | {"state": action.state.value, "audit": trail}
 
 
 def list_actions(state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
@@ -58,6 +64,7 @@ def list_actions(state: str | None = None, limit: int = 100) -> list[dict[str, A
                 "decision": a.decision,
                 "decided_by": a.decided_by,
                 "args": a.args,
+                "args_hash": a.args_hash,
                 "approvers": a.approvers,
                 "updated_at": a.updated_at.isoformat(),
             }

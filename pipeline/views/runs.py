@@ -125,6 +125,8 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
                     "attempts": a.attempts,
                     "resolution": a.resolution,
                     "decision": a.decision,
+                    "run_id": str(a.run_id),
+                    "args_hash": a.args_hash,
                 }
                 for a in actions
             ],

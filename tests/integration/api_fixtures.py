@@ -23,6 +23,7 @@ from pipeline.api.base import ApiConfig
 from pipeline.api.server import create_app
 from pipeline.api.tokens import create_token
 from pipeline.db import transaction
+from pipeline.engine.action_rows import arguments_hash
 from pipeline.engine.signatures import signed_headers
 from pipeline.runs.decisions import Actor
 from pipeline.runs.start import create_run_txn
@@ -110,6 +111,7 @@ def park_on_approval(
                 tool="open_fix_pull_request",
                 service="githost",
                 args=PR_ARGS,
+                args_hash=arguments_hash(PR_ARGS),
                 state=ActionState.PENDING_APPROVAL,
                 requires_approval=True,
                 approvers=list(approvers),

@@ -89,3 +89,32 @@ def git_remotes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     seed_demo_repository(root)
     monkeypatch.setenv("NIGHTSHIFT_CONFIG_PATCH_GIT_URL", url_template(root))
     return root
+
+
+@dataclass
+class Services:
+    web: WebSandbox
+    githost: GitHostSandbox
+
+
+@pytest.fixture
+def services_up(
+    db_url: str, git_remotes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Services]:
+    """The web and git host sandboxes, and the remotes Patch pushes to; the scripted model
+    (no API key) answers."""
+    from pipeline.settings import get_settings
+
+    web = WebSandbox(log_path=tmp_path / "web.jsonl").start()
+    githost = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
+    monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
+    monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", githost.url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    get_settings.cache_clear()
+    yield Services(web, githost)
+    githost.stop()
+    web.stop()
+
+
+def opened_pulls(githost: GitHostSandbox) -> list[dict]:
+    return [entry for entry in githost.log.entries() if entry["action"] == "opened"]

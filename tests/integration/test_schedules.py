@@ -16,13 +16,28 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import select, update
 
-from models import FireDecision, Run, RunStatus, ScheduleFire
+from models import (
+    Action,
+    ActionState,
+    Batch,
+    BatchStatus,
+    FireDecision,
+    Run,
+    RunStatus,
+    ScheduleFire,
+)
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.errors import UnknownAgent
+from pipeline.engine.step import Outcome, execute_step
+from pipeline.errors import StatusConflict, UnknownAgent
 from pipeline.keys import slot_key
+from pipeline.runs.decisions import Decision, decide
 from pipeline.runs.schedules import check_schedule, check_schedules, fire
+from pipeline.runs.start import create_run_txn
+from pipeline.runs.tick import tick
+from pipeline.settings import get_settings
 from pipeline.slots import Missed, Overlap, Schedule, ScheduleError
+from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -314,9 +329,13 @@ def test_overlap_cancel_other_cancels_the_previous_run_and_starts(db_url: str) -
 
 
 def test_overlap_cancel_other_cancels_the_unfinished_runs_of_a_running_batch(
-    db_url: str, register_agents: Callable[..., None]
+    db_url: str, register_agents: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # given a batch job whose last batch has one finished and one running child
+    # given a batch job whose last batch has one finished and one running child (whose
+    # services are configured, though nothing here reaches them)
+    for name in ("NIGHTSHIFT_WEB_URL", "NIGHTSHIFT_EMAIL_URL"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    get_settings.cache_clear()
     register_agents("tests.fixture_agents:TEST_BATCH")
     schedule = Schedule(name="batchy", agent="test_batch", hour="2", timezone=NEW_YORK,
                         overlap=Overlap.CANCEL_OTHER)  # fmt: skip
@@ -330,6 +349,84 @@ def test_overlap_cancel_other_cancels_the_unfinished_runs_of_a_running_batch(
     assert first.batch_id and first.batch_id in second.reason
     assert run(running).cancel_requested and not run(done).cancel_requested
     assert second.batch_id == slot_key("batchy", datetime(2026, 11, 30, 7, tzinfo=UTC))
+
+    # and when the cancelled child stops at its next check and the tick looks for batches
+    # to join, the old batch stays stopped: it never starts its synthesis (finding 6c)
+    assert execute_step(running, "test-worker").outcome is Outcome.STOPPED
+    assert run(running).status is RunStatus.CANCELLED
+    tick()
+    old = batch_row(first.batch_id)
+    assert (old.status, old.stop_reason) == (BatchStatus.STOPPED, "replaced_by_newer_slot")
+    assert old.synthesis_run_id is None
+    assert [r.agent for r in runs()].count("price_synthesis") == 0
+
+
+def test_cancel_other_stops_an_old_synthesis_and_withdraws_its_proposals(
+    db_url: str, register_agents: Callable[..., None]
+) -> None:
+    # given last night's batch is synthesizing: its synthesis waits for a price change to be
+    # approved
+    register_agents("tests.fixture_agents:TEST_BATCH")
+    schedule = Schedule(name="batchy", agent="test_batch", hour="2", timezone=NEW_YORK,
+                        overlap=Overlap.CANCEL_OTHER)  # fmt: skip
+    [first] = check_schedule(schedule, now=datetime(2026, 11, 29, 7, 0, 10, tzinfo=UTC))
+    assert first.batch_id is not None
+    synthesis = synthesizing_with_a_proposal(first.batch_id)
+
+    # when the next night's slot replaces it
+    [second] = check_schedule(schedule, now=datetime(2026, 11, 30, 7, 0, 10, tzinfo=UTC))
+
+    # then the whole old batch is stopped, its synthesis cancelled, and its proposal can no
+    # longer be approved: the old night cannot change prices beside the new one
+    assert second.decision is FireDecision.CANCELLED_OTHER
+    assert batch_row(first.batch_id).status is BatchStatus.STOPPED
+    assert (run(synthesis).status, run(synthesis).stop_reason) == (
+        RunStatus.CANCELLED,
+        "replaced_by_newer_slot",
+    )
+    assert all(r.status is RunStatus.SUCCEEDED for r in runs() if r.batch_id == first.batch_id)
+    with transaction() as session:
+        proposal = session.execute(select(Action)).scalar_one()
+    assert proposal.state is ActionState.WITHDRAWN
+    with pytest.raises(StatusConflict, match="was withdrawn"):
+        decide(proposal.idempotency_key, Decision.APPROVE, PRICING_ACTOR)
+
+
+def synthesizing_with_a_proposal(batch_id: str) -> uuid.UUID:
+    """Every child done; the synthesis parked on a pending price change, as the engine leaves
+    it."""
+    key = f"price_synthesis:sku-2:{batch_id}"
+    with transaction() as session:
+        session.execute(
+            update(Run).where(Run.batch_id == batch_id).values(status=RunStatus.SUCCEEDED)
+        )
+        started = create_run_txn(
+            session, "price_synthesis", {"batch": batch_id, "children": []}, f"{batch_id}:synthesis"
+        )
+        session.execute(
+            update(Run)
+            .where(Run.id == started.run_id)
+            .values(status=RunStatus.WAITING, waiting_on=f"approval:{key}", step=3)
+        )
+        session.execute(
+            update(Batch)
+            .where(Batch.id == batch_id)
+            .values(status=BatchStatus.SYNTHESIZING, synthesis_run_id=started.run_id)
+        )
+        session.add(
+            Action(
+                idempotency_key=key, run_id=started.run_id, tool_use_id="toolu_s003_0",
+                tool="set_price", service="pricing", state=ActionState.PENDING_APPROVAL,
+                args={"sku": "sku-2", "price": 52.0, "currency": "USD", "reason": "market"},
+                requires_approval=True, approvers=[PRICING_ACTOR.identity],
+            )
+        )  # fmt: skip
+    return started.run_id
+
+
+def batch_row(batch_id: str | None) -> Batch:
+    with transaction() as session:
+        return session.execute(select(Batch).where(Batch.id == batch_id)).scalar_one()
 
 
 # -- the CLI --------------------------------------------------------------------------------

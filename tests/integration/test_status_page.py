@@ -29,6 +29,7 @@ from tests.integration.api_fixtures import (
     PR_KEY,
     TOKEN,
     action_row,
+    audit_trail,
     client,
     live_server,
     make_app,
@@ -461,3 +462,43 @@ def test_a_runs_timeline_grows_live_in_the_browser_without_a_reload(
         finally:
             browser.close()
     assert run_row(run_id).status == RunStatus.SUCCEEDED
+
+
+def test_a_failed_action_is_retried_from_the_page_in_the_persons_name(
+    page_client: TestClient,
+) -> None:
+    park_on_approval()
+    with transaction() as session:
+        session.execute(
+            update(Action)
+            .where(Action.idempotency_key == PR_KEY)
+            .values(state=ActionState.FAILED, error="HTTP 422: branch protected")
+        )
+    csrf = sign_in(page_client, who="oncall@example.com")
+    page = page_client.get(ACTION_PAGE).text
+    assert 'value="retry"' in page and "branch protected" in page
+    retried = page_client.post(ACTION_PAGE, data={"decision": "retry", "csrf": csrf})
+    assert retried.status_code == 200  # back on the action page
+    assert action_row().state == ActionState.RELEASED
+    [entry] = audit_trail()
+    assert (entry.event, entry.by) == ("retry", "oncall@example.com")
+    assert entry.via.startswith("status page, token nst_")
+    assert "oncall@example.com" in page_client.get(ACTION_PAGE).text  # the audit trail shows
+    again = page_client.post(ACTION_PAGE, data={"decision": "retry", "csrf": csrf})
+    assert again.status_code == 409 and "only a failed action can be retried" in again.text
+
+
+def test_an_approval_of_an_action_that_changed_since_the_page_showed_it_is_refused(
+    page_client: TestClient,
+) -> None:
+    park_on_approval()
+    csrf = sign_in(page_client)
+    shown = action_row()
+    form = {"decision": "approve", "csrf": csrf, "run_id": str(shown.run_id)}
+    stale = page_client.post(ACTION_PAGE, data={**form, "args_hash": "0" * 64})
+    assert stale.status_code == 409 and "not the one you saw" in stale.text
+    assert action_row().state == ActionState.PENDING_APPROVAL
+    ok = page_client.post(
+        ACTION_PAGE, data={**form, "args_hash": shown.args_hash or ""}, follow_redirects=False
+    )
+    assert ok.status_code == 303 and action_row().state == ActionState.INTENDED

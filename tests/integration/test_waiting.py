@@ -6,10 +6,8 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import redis
@@ -17,48 +15,21 @@ from sqlalchemy import func, select, update
 
 from models import Action, ActionState, Run, RunStatus
 from pipeline.app import app
+from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.errors import RunStopped, StopStep, UnknownAction
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import Decision, DecisionConflict, decide
+from pipeline.runs.retention import cleanup
 from pipeline.runs.start import create_run_txn, start_run
-from pipeline.sandbox.githost import GitHostSandbox
-from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
-from tests.integration.api_fixtures import REVIEWER_ACTOR
-from tests.integration.conftest import ProcessFactory
+from tests.integration.api_fixtures import REVIEWER_ACTOR, action_row, audit_trail
+from tests.integration.conftest import ProcessFactory, Services, opened_pulls
 from tests.support import ServiceUrls, run_row, wait_for, wait_for_status
 
 BUG = {"issue": 42, "repo": "acme/shop", "title": "totals are not rounded"}
 PR_KEY = "patch:acme/shop:patch/issue-42"
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
-
-
-@dataclass
-class Services:
-    web: WebSandbox
-    githost: GitHostSandbox
-
-
-@pytest.fixture
-def services_up(
-    db_url: str, git_remotes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Services]:
-    """The web and git host sandboxes, and the remotes Patch pushes to; the scripted model
-    (no API key) answers."""
-    web = WebSandbox(log_path=tmp_path / "web.jsonl").start()
-    githost = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
-    monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
-    monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", githost.url)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    get_settings.cache_clear()
-    yield Services(web, githost)
-    githost.stop()
-    web.stop()
-
-
-def opened_pulls(githost: GitHostSandbox) -> list[dict]:
-    return [entry for entry in githost.log.entries() if entry["action"] == "opened"]
 
 
 def statuses(run_ids: list[uuid.UUID]) -> dict[str, int]:
@@ -233,9 +204,10 @@ def test_cancel_while_waiting_is_immediate_and_while_running_stops_before_the_ne
     assert row.wake_at is None  # it never got as far as waiting
 
 
-def test_cancel_while_an_outcome_is_unknown_keeps_the_action_for_reconciliation(
-    services_up: Services, processes: ProcessFactory
+def test_an_unknown_outcome_of_a_cancelled_run_can_be_settled_and_then_forgotten(
+    services_up: Services, processes: ProcessFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # given an approved pull request whose worker died after marking it attempted
     processes("beat", beat=True)
     doomed = processes("doomed", env={"NIGHTSHIFT_CRASH_POINTS": "after_attempted"})
     run_id = start_run("patch", BUG).run_id
@@ -243,15 +215,36 @@ def test_cancel_while_an_outcome_is_unknown_keeps_the_action_for_reconciliation(
     decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
     wait_for(doomed.exited, timeout=30, what="the worker to die after marking the attempt")
 
-    # the action is attempted with no reply; cancel before anyone reconciles it
-    assert cancel_run(run_id, by="lead").status in (RunStatus.RUNNING, RunStatus.CANCELLED)
+    # when the run is cancelled before anyone reconciled the attempt
+    cancel_run(run_id, by="lead")
     processes("healthy")
-    row = wait_for_status(run_id, DONE, timeout=60)
-    assert row.status == RunStatus.CANCELLED
-    with transaction() as session:
-        action = session.scalar(select(Action).where(Action.idempotency_key == PR_KEY))
-    assert action is not None
-    assert action.state in (ActionState.ATTEMPTED, ActionState.OUTCOME_UNKNOWN)
+    assert wait_for_status(run_id, DONE, timeout=60).status == RunStatus.CANCELLED
+    # then the attempt is an unknown outcome, which retention keeps until someone settles it
+    assert action_row(PR_KEY).state == ActionState.OUTCOME_UNKNOWN
+    kept = cleanup(timedelta(0))
+    assert [k.run_id for k in kept.kept] == [run_id] and kept.compacted == []
+
+    # when a person checks the git host and says it did not happen (refused before the fix:
+    # "nothing would carry out a decision now")
+    assert main(["actions", "resolve", PR_KEY, "--did-not-happen"]) == 0
+    capsys.readouterr()
+
+    # then the key is released, the cancelled run can be compacted, and the next run for the
+    # issue proposes the pull request afresh (its own approval), which opens once
+    assert action_row(PR_KEY).state == ActionState.RELEASED
+    assert [entry.event for entry in audit_trail(PR_KEY)] == [
+        "approve",
+        "run_ended",
+        "did_not_happen",
+    ]
+    assert [c.run_id for c in cleanup(timedelta(0)).compacted] == [run_id]
+    again = start_run("patch", BUG).run_id
+    wait_for_status(again, {RunStatus.WAITING.value}, timeout=30)
+    assert action_row(PR_KEY).state == ActionState.PENDING_APPROVAL
+    assert action_row(PR_KEY).run_id == again and action_row(PR_KEY).decided_by is None
+    decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
+    assert wait_for_status(again, DONE, timeout=60).status == RunStatus.SUCCEEDED
+    assert len(opened_pulls(services_up.githost)) == 1
 
 
 def test_a_run_past_its_deadline_stops_with_that_reason(

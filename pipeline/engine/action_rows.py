@@ -1,0 +1,225 @@
+"""The actions table as the action protocol uses it: record a key before the first send, read
+an action with its owner, and change its state only for the run that owns it.
+
+Every state change names the owning run, so a run whose key was released and taken over by
+another can no longer move it, and no run moves another run's action.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+import pipeline.instruments as instruments
+from models import Action, ActionState, Run, RunStatus
+from pipeline.db import after_commit
+from pipeline.engine.leases import Lease, fenced
+from pipeline.errors import StatusConflict
+from pipeline.tools import ToolOutput
+
+
+def arguments_hash(args: dict[str, Any]) -> str:
+    """SHA-256 of the arguments' canonical JSON: the same arguments always hash the same."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewAction:
+    """What a tool call would record under its key."""
+
+    key: str
+    run_id: uuid.UUID
+    tool_use_id: str
+    tool: str
+    service: str
+    args: dict[str, Any]
+    requires_approval: bool
+    approvers: tuple[str, ...]
+
+    @property
+    def first_state(self) -> ActionState:
+        return ActionState.PENDING_APPROVAL if self.requires_approval else ActionState.INTENDED
+
+
+@dataclass(frozen=True)
+class ActionView:
+    key: str
+    state: ActionState
+    run_id: uuid.UUID
+    """The run that owns the action: the only one that may send it or wait for its decision."""
+    run_status: RunStatus
+    tool: str
+    args: dict[str, Any]
+    """As recorded: what the approver saw and what is sent."""
+    args_hash: str | None
+    requires_approval: bool
+    attempts: int
+    first_attempt_at: datetime | None
+    updated_at: datetime
+    result: dict[str, Any] | None
+    error: str | None
+    decided_by: str | None
+    note: str | None
+    now: datetime
+
+
+_FREE = (ActionState.RELEASED, ActionState.WITHDRAWN)
+"""Keys no run holds: the next run that means the action takes them over."""
+
+
+def record_txn(session: Session, new: NewAction) -> ActionView:
+    """Save the key before anything is sent. An existing row is left as it is, unless it was
+    released or withdrawn: then this run takes the key over, afresh (its own arguments, its own
+    approval)."""
+    values = {
+        "run_id": new.run_id,
+        "tool_use_id": new.tool_use_id,
+        "tool": new.tool,
+        "service": new.service,
+        "args": new.args,
+        "args_hash": arguments_hash(new.args),
+        "state": new.first_state,
+        "requires_approval": new.requires_approval,
+        "approvers": list(new.approvers),
+    }
+    inserted = session.execute(
+        insert(Action)
+        .values(idempotency_key=new.key, **values)
+        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+        .returning(Action.id)
+    ).scalar_one_or_none()
+    taken_over = None
+    if inserted is None:
+        taken_over = session.execute(
+            update(Action)
+            .where(Action.idempotency_key == new.key, Action.state.in_(_FREE))
+            .values(
+                **values,
+                attempts=0,
+                first_attempt_at=None,
+                last_attempt_at=None,
+                result=None,
+                error=None,
+                resolution=None,
+                decision=None,
+                decided_by=None,
+                decided_at=None,
+                note=None,
+            )
+            .returning(Action.id)
+        ).scalar_one_or_none()
+    if inserted is not None or taken_over is not None:
+        after_commit(session, instruments.ACTIONS.labels(new.first_state.value).inc)
+    return view_txn(session, new.key)
+
+
+def load(lease: Lease, key: str) -> ActionView:
+    with fenced(lease) as session:
+        return view_txn(session, key)
+
+
+def view_txn(session: Session, key: str) -> ActionView:
+    action, run_status, now = session.execute(
+        select(Action, Run.status, func.now())
+        .join(Run, Run.id == Action.run_id)
+        .where(Action.idempotency_key == key)
+    ).one()
+    return ActionView(
+        key=key,
+        state=action.state,
+        run_id=action.run_id,
+        run_status=run_status,
+        tool=action.tool,
+        args=action.args,
+        args_hash=action.args_hash,
+        requires_approval=action.requires_approval,
+        attempts=action.attempts,
+        first_attempt_at=action.first_attempt_at,
+        updated_at=action.updated_at,
+        result=action.result,
+        error=action.error,
+        decided_by=action.decided_by,
+        note=action.note,
+        now=now,
+    )
+
+
+def set_state_txn(
+    session: Session,
+    run_id: uuid.UUID,
+    key: str,
+    new: ActionState,
+    *,
+    attempted: bool = False,
+    error: str | None = None,
+    resolution: str | None = None,
+) -> None:
+    """Move this run's action to `new`; StatusConflict if it is not this run's, or not in a
+    state that can become `new`."""
+    values: dict[str, Any] = {"state": new}
+    if attempted:
+        values |= {
+            "attempts": Action.attempts + 1,
+            "first_attempt_at": func.coalesce(Action.first_attempt_at, func.now()),
+            "last_attempt_at": func.now(),
+        }
+    if error is not None:
+        values["error"] = error
+    if resolution is not None:
+        values["resolution"] = resolution
+    changed = session.execute(
+        update(Action)
+        .where(
+            Action.idempotency_key == key,
+            Action.run_id == run_id,
+            Action.state.in_(ActionState.sources_of(new)),
+        )
+        .values(**values)
+    ).rowcount  # type: ignore[attr-defined]
+    if not changed:
+        raise StatusConflict(
+            f"action {key!r} cannot become {new}: it is not this run's, or not in a state that can"
+        )
+
+
+def transition(lease: Lease, key: str, new: ActionState, resolution: str | None) -> None:
+    with fenced(lease) as session:
+        set_state_txn(session, lease.run_id, key, new, resolution=resolution)
+
+
+def confirm_txn(
+    session: Session, run_id: uuid.UUID, key: str, result: dict[str, Any], resolution: str | None
+) -> None:
+    set_state_txn(session, run_id, key, ActionState.CONFIRMED, resolution=resolution)
+    session.execute(update(Action).where(Action.idempotency_key == key).values(result=result))
+
+
+def confirm(lease: Lease, key: str, result: ToolOutput, resolution: str) -> None:
+    with fenced(lease) as session:
+        confirm_txn(session, lease.run_id, key, as_result(result), resolution)
+
+
+def as_result(output: ToolOutput) -> dict[str, Any]:
+    return output if isinstance(output, dict) else {"text": str(output)}
+
+
+def hold_run_during_send_txn(session: Session, lease: Lease, lease_seconds: float) -> None:
+    """Extend the lease for the send and let PostgreSQL end this session if it stalls."""
+    timeout_ms = int(lease_seconds * 1000)
+    session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
+    session.execute(
+        text(
+            "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :secs) "
+            "WHERE id = :run_id AND fence = :fence"
+        ),
+        {"secs": lease_seconds * 2, "run_id": lease.run_id, "fence": lease.fence},
+    )

@@ -1,0 +1,141 @@
+"""An approval and an in-flight send belong to their run (finding 5), against the real API and
+real workers: a second run that means the same key waits in needs_attention saying whose key
+it is, never rides on the first run's approval, never takes over its send, and learns the
+outcome once the first run settled it. One pull request, with the arguments the approver saw."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+from sqlalchemy import select
+
+from models import Action, JournalEntry, RunStatus
+from pipeline.db import transaction
+from pipeline.engine.action_rows import arguments_hash
+from tests.integration.api_fixtures import (
+    action_row,
+    bearer,
+    live_server,
+    make_app,
+    person_token,
+    signed,
+)
+from tests.integration.conftest import ProcessFactory, Services, opened_pulls
+from tests.support import run_row, wait_for, wait_for_status
+
+KEY = "patch:acme/shop:patch/issue-7"
+FIRST = {"issue": 7, "repo": "acme/shop", "title": "totals are not rounded"}
+SECOND = {"issue": 7, "repo": "acme/shop", "title": "MERGE THIS INSTEAD"}
+"""Another caller's run for the same issue: the same key, other arguments."""
+APPROVERS = {"NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST": "alice@example.com"}
+DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
+
+
+def start(base: str, token: str, bug: dict) -> uuid.UUID:
+    response = httpx.post(
+        f"{base}/runs", json={"agent": "patch", "input": bug}, headers=bearer(token), timeout=10
+    )
+    assert response.status_code == 201, response.text
+    return uuid.UUID(response.json()["run_id"])
+
+
+def approve(base: str, token: str, **body: object) -> httpx.Response:
+    path = f"/approvals/{KEY}"
+    delivery = signed(path, {"decision": "approve", **body}, token=token)
+    return httpx.post(f"{base}{path}", timeout=10, **delivery)
+
+
+def pull_request_result(run_id: uuid.UUID) -> str:
+    with transaction() as session:
+        payloads = session.scalars(
+            select(JournalEntry.payload).where(
+                JournalEntry.run_id == run_id, JournalEntry.step_name == "open_fix_pull_request"
+            )
+        ).all()
+    [payload] = payloads
+    return str(payload["content"])
+
+
+def test_a_second_run_cannot_take_over_the_first_runs_send_under_its_approval(
+    services_up: Services, processes: ProcessFactory
+) -> None:
+    githost = services_up.githost
+    alice = person_token("alice@example.com")
+    # given Alice approved the first run's pull request, and its worker died right after
+    # marking the send attempted (nothing reached the git host)
+    doomed = processes("doomed", env={**APPROVERS, "NIGHTSHIFT_CRASH_POINTS": "after_attempted"})
+    with live_server(make_app()) as base:
+        first = start(base, alice, FIRST)
+        wait_for_status(first, {RunStatus.WAITING.value}, timeout=30)
+        assert approve(base, alice).status_code == 200
+        wait_for(doomed.exited, timeout=30, what="the worker to die after marking the attempt")
+        assert action_row(KEY).state.value == "attempted"
+
+        # when another caller starts a run for the same issue, with another title
+        second = start(base, alice, SECOND)
+        processes("healthy", env=APPROVERS)
+
+        # then it does not treat the first run's attempt as its own to reconcile and resend:
+        # it waits for a person, saying whose key it is
+        parked = wait_for_status(second, {RunStatus.NEEDS_ATTENTION.value}, timeout=30)
+        assert parked.stop_reason == "key_conflict" and parked.waiting_on == f"conflict:{KEY}"
+        assert str(first) in parked.error and "attempted" in parked.error
+        shown = httpx.get(f"{base}/runs/{second}", headers=bearer(alice), timeout=10).json()
+        assert shown["run"]["stop_reason"] == "key_conflict"
+        assert opened_pulls(githost) == []
+
+    # and when the tick resumes the first run (its lease ran out), the first run sends its own
+    # arguments, and the second run learns the outcome without sending
+    processes("beat", beat=True)
+    assert wait_for_status(first, DONE, timeout=60).status == RunStatus.SUCCEEDED
+    assert wait_for_status(second, DONE, timeout=60).status == RunStatus.SUCCEEDED
+    [pull] = opened_pulls(githost)
+    assert pull["title"] == "Fix #7: totals are not rounded"
+    action = action_row(KEY)
+    assert action.run_id == first and action.args["title"] == pull["title"]
+    assert json.loads(pull_request_result(second))["number"] == pull["number"]
+
+
+def test_a_second_run_never_waits_on_nor_uses_the_first_runs_approval(
+    services_up: Services, processes: ProcessFactory
+) -> None:
+    githost = services_up.githost
+    alice = person_token("alice@example.com")
+    processes("w1", env=APPROVERS)
+    processes("beat", beat=True)
+    with live_server(make_app()) as base:
+        # given the first run's pull request waits for Alice
+        first = start(base, alice, FIRST)
+        wait_for_status(first, {RunStatus.WAITING.value}, timeout=30)
+        # when a second run means the same key, with other arguments
+        second = start(base, alice, SECOND)
+        parked = wait_for_status(second, {RunStatus.NEEDS_ATTENTION.value}, timeout=30)
+        # then it does not wait on that approval as if it were its own (approving would have
+        # sent whichever arguments came last): it says whose key it is
+        assert parked.waiting_on == f"conflict:{KEY}" and str(first) in parked.error
+
+        # and an approval made for other arguments than the recorded ones is refused
+        stale = approve(base, alice, args_hash=arguments_hash({"title": SECOND["title"]}))
+        assert stale.status_code == 409 and "not the one you saw" in stale.json()["error"]
+        # and someone who is not an approver is told so, and not who is
+        bob = approve(base, person_token("bob@example.com"))
+        assert bob.status_code == 403 and "alice" not in bob.text
+
+        # when Alice approves what she saw: the first run's recorded arguments, in its name
+        action = action_row(KEY)
+        assert action.run_id == first
+        seen = {"run_id": str(first), "args_hash": action.args_hash}
+        assert approve(base, alice, by="mallory", **seen).json()["decided_by"] == (
+            "alice@example.com"
+        )
+
+    # then one pull request opens, the first run's; the second run gets its outcome
+    assert wait_for_status(first, DONE, timeout=60).status == RunStatus.SUCCEEDED
+    assert wait_for_status(second, DONE, timeout=60).status == RunStatus.SUCCEEDED
+    [pull] = opened_pulls(githost)
+    assert pull["title"] == "Fix #7: totals are not rounded"
+    assert run_row(second).stop_reason == "completed" and run_row(second).error is None
+    with transaction() as session:
+        assert session.scalars(select(Action.run_id)).all() == [first]
