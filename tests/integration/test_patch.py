@@ -124,13 +124,21 @@ def test_two_runs_of_one_issue_on_two_workers_open_one_pull_request(
     processes("w1")
     processes("w2")
     runs = [start_run("patch", BUG).run_id for _ in range(2)]
-    for run_id in runs:
-        wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
+    parked = [
+        wait_for_status(run_id, {RunStatus.WAITING.value, RunStatus.NEEDS_ATTENTION.value}, 60)
+        for run_id in runs
+    ]
+    # then the run that recorded the pull request first waits for its approval; the other
+    # does not wait on that approval as if it were its own (issue 13): it says whose key it is
+    owner, other = sorted(parked, key=lambda row: row.status != RunStatus.WAITING)
+    assert (owner.status, other.status) == (RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
+    assert other.stop_reason == "key_conflict" and str(owner.id) in other.error
 
-    # when the one pull request they both propose is approved
+    # when the one pull request is approved
     decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
 
-    # then both runs end well, one commit was pushed and one pull request opened
+    # then both runs end well (the other learns the outcome), one commit was pushed and one
+    # pull request opened
     for run_id in runs:
         row = wait_for_status(run_id, DONE, timeout=60)
         assert row.status == RunStatus.SUCCEEDED, row.error

@@ -95,7 +95,7 @@ def test_a_thousand_waiting_runs_hold_no_message_and_no_worker_then_all_resume(
     assert due is not None and now is not None and due > now
     timers_due_in = (due - now).total_seconds()
     for n in range(500):
-        decide(f"patch:acme/shop:patch/issue-{1000 + n}", Decision.APPROVE, REVIEWER_ACTOR)
+        decide(f"approval_only:acme/shop:patch/issue-{1000 + n}", Decision.APPROVE, REVIEWER_ACTOR)
     approved_at = time.monotonic()
 
     # then every run leaves waiting within the tick interval plus a few seconds
