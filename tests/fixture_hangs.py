@@ -50,3 +50,35 @@ HANGS_ONCE = Agent(
     },
     script=_look_up_script,
 )
+
+
+def _three_slow_calls(conversation: Conversation) -> list[Block]:
+    """Three slow look-ups in one reply, then say what came back."""
+    if not conversation.tool_results():
+        words = ("dusk", "night", "dawn")
+        return [tool_use(0, i, "slow_look_up", {"word": w}) for i, w in enumerate(words)]
+    return [text(f"Found {len(conversation.tool_results())} words.")]
+
+
+@tool(
+    description="Look a word up in a service that takes SLOW_SECONDS to answer.",
+    schema={
+        "type": "object",
+        "properties": {"word": {"type": "string", "maxLength": 40}},
+        "required": ["word"],
+        "additionalProperties": False,
+    },
+)
+def slow_look_up(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    time.sleep(float(os.environ["SLOW_SECONDS"]))
+    return {"meaning": f"{args['word']} (looked up slowly)"}
+
+
+SLOW_THRICE = Agent(
+    name="slow_thrice",
+    system="You look words up, slowly.",
+    instructions="Look three words up with slow_look_up, then say how many you found.",
+    tools=(slow_look_up,),
+    input_schema={"type": "object"},
+    script=_three_slow_calls,
+)

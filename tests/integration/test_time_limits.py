@@ -96,3 +96,37 @@ def test_a_step_whose_tool_hangs_is_given_up_at_its_time_limit_and_the_run_goes_
         journal = sorted(keys)
     assert [k for k in journal if k.startswith("model:")] == ["model:0", "model:1"]
     assert len([k for k in journal if k.startswith("tool:")]) == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_step_past_its_time_limit_stops_at_its_next_tool_call_and_the_run_goes_on(
+    db_url: str,
+    processes: ProcessFactory,
+    register_agents: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a 3 s step time limit and a reply asking for three tool calls of 1.6 s each
+    register_agents("tests.fixture_hangs:SLOW_THRICE")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    for name, value in {
+        "NIGHTSHIFT_STEP_TIME_LIMIT": str(TIME_LIMIT),
+        "NIGHTSHIFT_VISIBILITY_TIMEOUT": "60",
+        "SLOW_SECONDS": "1.6",
+    }.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    worker = processes("w1", pool="threads", concurrency=2)
+
+    # when the run's first step passes its limit during its second call
+    run_id = start_run("slow_thrice", {}).run_id
+    row = wait_for_status(run_id, {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}, 60)
+
+    # then that step stopped before its third call (not stuck in one), and the next attempt
+    # replayed the two journaled results and made only the third call
+    assert row.status == RunStatus.SUCCEEDED, row.error
+    assert row.result["text"] == "Found 3 words."
+    assert "passed its time limit of 3s (stopped at a call)" in worker.log()
+    with transaction() as session:
+        keys = list(session.scalars(select(JournalEntry.key).where(JournalEntry.run_id == run_id)))
+    assert len([k for k in keys if k.startswith("tool:")]) == 3
+    assert worker.log().count("slow_look_up replayed from the journal") == 2
