@@ -112,6 +112,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if len(raw) < length:  # the client died mid-request (a killed worker): nothing to serve
+            self.close_connection = True
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         app = self.server.app
         try:

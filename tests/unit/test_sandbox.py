@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -297,6 +298,24 @@ def test_messages_api_speaks_to_the_real_sdk(messages: MessagesSandbox) -> None:
     assert isinstance(done.content[0], anthropic.types.TextBlock)
     assert "2 SEV3s" in done.content[0].text
     assert [e["stop_reason"] for e in read_log(messages.log.path)] == ["tool_use", "end_turn"]
+
+
+def test_a_request_whose_client_died_before_its_body_is_not_served(
+    messages: MessagesSandbox,
+) -> None:
+    # given a worker killed between sending a request's headers and its body (httpx writes
+    # them separately)
+    url = httpx.URL(messages.url)
+    with socket.create_connection((url.host, url.port), timeout=5) as conn:
+        conn.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: sandbox\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 120\r\n\r\n"
+        )
+        conn.shutdown(socket.SHUT_WR)
+        conn.recv(1024)  # the server closes the connection
+    # then no model call happened: nothing is logged or counted, as with a real API
+    assert read_log(messages.log.path) == []
+    assert messages.stats()["requests"] == 0
 
 
 def test_messages_api_faults_raise_the_sdk_errors(messages: MessagesSandbox) -> None:
