@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib
@@ -10,13 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
 from pipeline.errors import PermanentError, SettingsError, redact_url
+from pipeline.prices import DEFAULT_PRICES, ModelPrice, PriceTable, parse_model_prices
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 CONFIG_PREFIX = "NIGHTSHIFT_CONFIG_"
@@ -120,89 +119,6 @@ def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
     if not 0 < value <= 1:
         raise SettingsError(f"{name} must be a fraction above 0 and at most 1 (got {value:g})")
     return value
-
-
-# -- model prices (NIGHTSHIFT_MODEL_PRICES) ---------------------------------------------------
-
-PRICE_FIELDS = ("input", "output", "cache_write", "cache_read")
-
-
-@dataclass(frozen=True)
-class ModelPrice:
-    """US dollars per million tokens."""
-
-    input: float
-    output: float
-    cache_write: float
-    """Tokens written to the prompt cache (5-minute entries; the API charges 1.25x input)."""
-    cache_read: float
-    """Tokens read from the prompt cache (the API charges 0.1x input)."""
-
-    @classmethod
-    def from_input_output(cls, input: float, output: float) -> ModelPrice:
-        """The Messages API's cache multipliers applied to an input price."""
-        return cls(input, output, cache_write=input * 1.25, cache_read=input * 0.1)
-
-    def cost_usd(self, usage: Mapping[str, Any]) -> float:
-        """The cost of one reply's `usage` (the API's field names; input excludes the cache)."""
-        return (
-            _count(usage, "input_tokens") * self.input
-            + _count(usage, "output_tokens") * self.output
-            + _count(usage, "cache_creation_input_tokens") * self.cache_write
-            + _count(usage, "cache_read_input_tokens") * self.cache_read
-        ) / 1_000_000
-
-
-def _count(usage: Mapping[str, Any], key: str) -> int:
-    value = usage.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-@dataclass(frozen=True)
-class PriceTable:
-    """Prices by model name; a reply's model (`claude-sonnet-4-5-20250929`) takes the price of
-    the longest configured name it starts with, else the default."""
-
-    default: ModelPrice
-    by_model: tuple[tuple[str, ModelPrice], ...] = ()
-
-    def price_for(self, model: str | None) -> ModelPrice:
-        matches = [(n, p) for n, p in self.by_model if model and model.startswith(n)]
-        return max(matches, key=lambda match: len(match[0]))[1] if matches else self.default
-
-
-def parse_model_prices(name: str, raw: str) -> tuple[tuple[str, ModelPrice], ...]:
-    """`{"claude-haiku-4-5": {"input": 1, "output": 5, "cache_write": 1.25, "cache_read": 0.1}}`;
-    cache_write and cache_read default to the API's multipliers of input."""
-    try:
-        table = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"{name} must be a JSON object of model prices ({exc})") from None
-    if not isinstance(table, dict):
-        raise SettingsError(f"{name} must be a JSON object keyed by model name")
-    return tuple((model, _price(name, model, entry)) for model, entry in table.items())
-
-
-def _price(name: str, model: str, entry: object) -> ModelPrice:
-    if not isinstance(entry, dict) or not {"input", "output"} <= entry.keys():
-        raise SettingsError(f"{name}: {model!r} needs at least 'input' and 'output' prices")
-    unknown = sorted(entry.keys() - set(PRICE_FIELDS))
-    if unknown:
-        raise SettingsError(f"{name}: {model!r} has unknown price field {unknown[0]!r}")
-    for price_field, value in entry.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise SettingsError(f"{name}: {model!r} {price_field} must be a non-negative number")
-    base = ModelPrice.from_input_output(float(entry["input"]), float(entry["output"]))
-    return ModelPrice(
-        base.input,
-        base.output,
-        cache_write=float(entry.get("cache_write", base.cache_write)),
-        cache_read=float(entry.get("cache_read", base.cache_read)),
-    )
-
-
-DEFAULT_PRICES = PriceTable(ModelPrice.from_input_output(3.0, 15.0))
-"""Claude Sonnet's list prices, for any model NIGHTSHIFT_MODEL_PRICES does not name."""
 
 
 APPROVERS_PREFIX = "NIGHTSHIFT_APPROVERS_"

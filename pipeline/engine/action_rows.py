@@ -189,6 +189,7 @@ def set_state_txn(
         raise StatusConflict(
             f"action {key!r} cannot become {new}: it is not this run's, or not in a state that can"
         )
+    after_commit(session, instruments.ACTIONS.labels(new.value).inc)
 
 
 def transition(lease: Lease, key: str, new: ActionState, resolution: str | None) -> None:

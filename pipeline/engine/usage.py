@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models import Run
-from pipeline.settings import PriceTable
+from pipeline.prices import PriceTable
 
 COUNTERS = (
     "input_tokens",

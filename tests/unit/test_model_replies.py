@@ -15,9 +15,10 @@ from pipeline.engine import stops
 from pipeline.engine.llm import request_for
 from pipeline.engine.usage import Usage
 from pipeline.errors import SettingsError
+from pipeline.prices import ModelPrice, PriceTable
 from pipeline.sandbox import MessagesSandbox
 from pipeline.sandbox.responders import text_reply, tool_use_reply
-from pipeline.settings import ModelPrice, PriceTable, Settings
+from pipeline.settings import Settings
 
 AGENT = Agent(
     name="echo",
