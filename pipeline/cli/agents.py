@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli.format import print_json
+from pipeline.views.agents import describe_agents
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -24,8 +25,6 @@ def register(add: AddCommand) -> None:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
-    from pipeline.views.agents import describe_agents
-
     agents = describe_agents()
     if args.json:
         print_json(agents)
