@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -13,7 +15,7 @@ from tests.support import ServiceUrls
 
 
 def test_an_empty_database_migrated_to_head_matches_the_orm(services: ServiceUrls) -> None:
-    name = "ns_schema_check"
+    name = f"ns_schema_check_{uuid.uuid4().hex[:8]}"  # test sessions side by side never share it
     with psycopg.connect(services.admin_conninfo("postgres"), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
