@@ -51,9 +51,10 @@ CATEGORIES: list[tuple[str, str]] = [
 def parse(path: Path) -> list[tuple[list[str], int]]:
     """py-spy --format raw: `frame;frame;... count` per line, outermost frame first."""
     samples = []
-    for line in path.read_text().splitlines():
+    # Not splitlines(): a frame's name may hold \x1c or \u2028, which it splits on too.
+    for line in path.read_text(errors="replace").split("\n"):
         stack, _, count = line.rpartition(" ")
-        if stack:
+        if stack and count.isdigit():
             frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
             samples.append((frames, int(count)))
     return samples
