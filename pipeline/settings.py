@@ -305,6 +305,10 @@ class Settings:
     """How the deployed email API behaves: keys (honours Idempotency-Key), lookup (sends
     every request but can be asked what was sent under a key) or none (neither)."""
     email_key_retention_hours: float = 24.0
+    max_emails_per_run: int = 50
+    """Emails one run may send (NIGHTSHIFT_MAX_EMAILS_PER_RUN): a model talked into mailing
+    everyone stops here. Counted from the run's recorded actions, so a replay or a crash
+    cannot reset it."""
     approvers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Per tool (by `approvers_variable`), from NIGHTSHIFT_APPROVERS_<TOOL>: who may approve
     its actions, in place of the list the tool declares. A tuple so Settings stays hashable."""
@@ -423,6 +427,7 @@ class Settings:
             githost_url=env.get("NIGHTSHIFT_GITHOST_URL") or None,
             email_mode=_choice(env, "NIGHTSHIFT_EMAIL_MODE", ("keys", "lookup", "none"), "keys"),
             email_key_retention_hours=_number(env, "NIGHTSHIFT_EMAIL_KEY_RETENTION_HOURS", 24.0),
+            max_emails_per_run=int(_number(env, "NIGHTSHIFT_MAX_EMAILS_PER_RUN", 50)),
             approvers=_approvers(env),
             config=ServiceConfig.from_env(env),
         )

@@ -91,6 +91,10 @@ class SideEffect:
     """Keys are `<namespace>:<key>`; by default the agent's name, so two agents cannot collide
     by accident. Agents that must share keys (one reminder per client, whichever agent sends
     it) name the same namespace."""
+    per_run_cap: int | Callable[[Settings], int] | None = None
+    """How many of this service's actions one run may record (an email cap, say): past it the
+    call is refused with a permanent error and nothing is sent. Counted from the run's actions
+    in the database, so a replay, a crash or a second worker cannot reset it."""
 
     def honoured(self, settings: Settings) -> bool:
         return bool(
@@ -101,6 +105,9 @@ class SideEffect:
         """None: the service keeps no keys (or, misconfigured, says nothing): never resend."""
         value = self.key_retention(settings) if callable(self.key_retention) else self.key_retention
         return value if isinstance(value, timedelta) else None
+
+    def cap(self, settings: Settings) -> int | None:
+        return self.per_run_cap(settings) if callable(self.per_run_cap) else self.per_run_cap
 
     def problems(self) -> list[str]:
         found = []
@@ -126,6 +133,9 @@ class SideEffect:
             found.append("lookup must take (key, args, context)")
         if self.namespace is not None and not NAMESPACE.match(str(self.namespace)):
             found.append(f"namespace {self.namespace!r} must match {NAMESPACE.pattern}")
+        cap = self.per_run_cap
+        if not (cap is None or callable(cap) or (type(cap) is int and cap >= 0)):
+            found.append("per_run_cap must be a count (0 or more) or a function of the settings")
         return found
 
 

@@ -1,24 +1,40 @@
-"""Invoice reminders: every Monday, one reminder email per overdue client and ISO week.
+"""Invoice reminders: every Monday, one reminder email per overdue invoice and ISO week.
 
 One reminder per step, so a crash after the third email resumes at the fourth, and the key
-`invoice_reminders:<client>:<iso-week>` makes a second run in the same week send nothing again.
+`invoice_reminders:<invoice>:<iso-week>` makes a second run in the same week send nothing again.
+The model names the invoice and writes the text; whom it goes to is the invoice's own record
+at the billing service, so a page the model read cannot add or change a recipient.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import date
 from typing import Any
 
 import httpx
 
-from pipeline import Agent, Conversation, RunPlan, Slot, ToolContext, text, tool, tool_use
+from pipeline import (
+    Agent,
+    Conversation,
+    PermanentError,
+    RunPlan,
+    Slot,
+    ToolContext,
+    text,
+    tool,
+    tool_use,
+)
 from pipeline.agents.services import EMAIL, TIMEOUT, WEB, email_effect, send_email, service_url
 
 MAX_TRIES = 2
 """Calls of one tool for one thing (the list, a client's reminder) before moving on."""
 
-_CLIENT = "^[a-z0-9-]{1,60}$"
+_INVOICE = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"
+_ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+$")
+MAX_BODY = 2000
+"""Characters in a reminder's body: a short, polite note, not a newsletter."""
 
 
 def iso_week(day: str) -> str:
@@ -53,28 +69,50 @@ def list_overdue_invoices(args: dict[str, Any], context: ToolContext) -> dict[st
 
 
 def reminder_key(args: dict[str, Any], context: ToolContext) -> str:
-    """One reminder per client and ISO week, whichever run (or rerun) of the week sends it."""
-    return f"{args['client']}:{iso_week(context.run_input['date'])}"
+    """One reminder per invoice and ISO week, whichever run (or rerun) of the week sends it.
+    The send checks the invoice against the billing service's record (same id, overdue)."""
+    return f"{args['invoice']}:{iso_week(context.run_input['date'])}"
+
+
+def invoice_record(context: ToolContext, invoice: str) -> dict[str, Any]:
+    """The billing service's record of an overdue invoice; PermanentError if it has none, or
+    the invoice is not overdue (paid meanwhile), or the record has no usable address."""
+    base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
+    response = httpx.get(f"{base}/invoices/{invoice}", timeout=TIMEOUT)
+    if response.status_code == 404:
+        raise PermanentError(f"no invoice {invoice!r} at the billing service; nothing was sent")
+    response.raise_for_status()
+    record: dict[str, Any] = response.json()
+    if record.get("invoice") != invoice:
+        raise PermanentError(f"the billing service has no invoice exactly named {invoice!r}")
+    if record.get("status", "overdue") != "overdue":
+        raise PermanentError(f"invoice {invoice} is {record['status']}, not overdue; not sent")
+    if not _ADDRESS.match(str(record.get("email", ""))):
+        raise PermanentError(f"invoice {invoice}'s record has no email address; not sent")
+    return record
 
 
 @tool(
-    description="Email one overdue client a payment reminder for their invoice.",
+    description=(
+        "Email the client of one overdue invoice a payment reminder. It goes to the contact "
+        "on the invoice's record at the billing service; you write the subject and the body."
+    ),
     schema={
         "type": "object",
         "properties": {
-            "client": {"type": "string", "pattern": _CLIENT},
-            "to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
+            "invoice": {"type": "string", "pattern": _INVOICE},
             "subject": {"type": "string", "minLength": 1, "maxLength": 200},
-            "body": {"type": "string", "minLength": 1, "maxLength": 5000},
+            "body": {"type": "string", "minLength": 1, "maxLength": MAX_BODY},
         },
-        "required": ["client", "to", "subject", "body"],
+        "required": ["invoice", "subject", "body"],
         "additionalProperties": False,
     },
     side_effect=email_effect(reminder_key),
-    needs=(EMAIL,),
+    needs=(WEB, EMAIL),
 )
 def send_invoice_reminder(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    return send_email(context, args["to"], args["subject"], args["body"])
+    record = invoice_record(context, args["invoice"])
+    return send_email(context, record["email"], args["subject"], args["body"])
 
 
 # -- the script -----------------------------------------------------------------------------
@@ -94,13 +132,13 @@ def _overdue(conversation: Conversation) -> list[dict[str, Any]] | None:
 
 
 def _reminders(conversation: Conversation) -> dict[str, list[bool]]:
-    """Client -> whether each reminder call so far succeeded."""
+    """Invoice -> whether each reminder call so far succeeded."""
     asked = _calls(conversation, "send_invoice_reminder")
     outcomes: dict[str, list[bool]] = {}
     for result in conversation.tool_results():
         args = asked.get(result["tool_use_id"])
         if args is not None:
-            outcomes.setdefault(args["client"], []).append(not result.get("is_error"))
+            outcomes.setdefault(args["invoice"], []).append(not result.get("is_error"))
     return outcomes
 
 
@@ -113,10 +151,9 @@ def reminder(invoice: dict[str, Any], week: str) -> dict[str, Any]:
         f"Kind regards,\nAccounts receivable ({week})"
     )
     return {
-        "client": invoice["client"],
-        "to": invoice["email"],
+        "invoice": invoice["invoice"],
         "subject": f"Reminder: invoice {invoice['invoice']} ({amount}) is overdue",
-        "body": body,
+        "body": body[:MAX_BODY],
     }
 
 
@@ -134,12 +171,13 @@ def script(conversation: Conversation) -> list[dict[str, Any]]:
         return [text("The overdue invoices could not be listed; no reminders were sent.")]
     done = _reminders(conversation)
     for invoice in invoices:
-        tries = done.get(invoice["client"], [])
+        tries = done.get(invoice["invoice"], [])
         if not any(tries) and len(tries) < MAX_TRIES:
             email = reminder(invoice, week)
             return [tool_use(step, 0, "send_invoice_reminder", email)]
-    sent = sorted(client for client, tries in done.items() if any(tries))
-    failed = sorted(client for client, tries in done.items() if not any(tries))
+    client = {invoice["invoice"]: invoice["client"] for invoice in invoices}
+    sent = sorted(client.get(i, i) for i, tries in done.items() if any(tries))
+    failed = sorted(client.get(i, i) for i, tries in done.items() if not any(tries))
     return [
         text(
             f"Invoice reminders for {week}: {len(sent)} sent ({', '.join(sent) or 'none'}); "
@@ -150,10 +188,10 @@ def script(conversation: Conversation) -> list[dict[str, Any]]:
 
 AGENT = Agent(
     name="invoice_reminders",
-    system="You chase overdue invoices politely: one short reminder per client and week.",
+    system="You chase overdue invoices politely: one short reminder per overdue invoice and week.",
     instructions=(
-        "List the overdue invoices with list_overdue_invoices, then send each client one "
-        "reminder with send_invoice_reminder, one client at a time. Finish with a line saying "
+        "List the overdue invoices with list_overdue_invoices, then send each overdue invoice "
+        "one reminder with send_invoice_reminder, one at a time. Finish with a line saying "
         "who was reminded and whose reminder failed."
     ),
     tools=(list_overdue_invoices, send_invoice_reminder),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from pipeline import (
     Agent,
     Conversation,
     EventSource,
+    PermanentError,
     RunPlan,
     Slot,
     ToolContext,
@@ -23,6 +25,9 @@ from pipeline.agents.documents import document_tool
 from pipeline.agents.services import EMAIL, WEB, email_effect, send_email, service_url
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
+ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+$")
+MAX_BODY = 20_000
+"""Characters in the report email's body."""
 
 
 @tool(
@@ -54,23 +59,37 @@ def report_key(args: dict[str, Any], context: ToolContext) -> str:
     return f"{context.run_input['date']}:{context.run_input['team']}"
 
 
+def report_recipient(context: ToolContext) -> str:
+    """Whom the report goes to: the run's `email_to` (set by whoever started it), else the
+    deployment's `nightly_report.email_to` (`{team}` stands for the team), else
+    `<team>@example.com`. Never an address the model wrote."""
+    team = context.run_input["team"]
+    configured = context.config("nightly_report.email_to", "{team}@example.com")
+    to = str(context.run_input.get("email_to") or configured.replace("{team}", team))
+    if not ADDRESS.match(to):
+        raise PermanentError(f"nightly_report.email_to gives {to!r} for {team}: not an address")
+    return to
+
+
 @tool(
-    description="Email the finished nightly report to the team.",
+    description=(
+        "Email the finished nightly report to the team. The recipient is fixed by the run "
+        "(the team's address); you write the subject and the body."
+    ),
     schema={
         "type": "object",
         "properties": {
-            "to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
             "subject": {"type": "string", "minLength": 1, "maxLength": 200},
-            "body": {"type": "string", "minLength": 1},
+            "body": {"type": "string", "minLength": 1, "maxLength": MAX_BODY},
         },
-        "required": ["to", "subject", "body"],
+        "required": ["subject", "body"],
         "additionalProperties": False,
     },
     side_effect=email_effect(report_key),
     needs=(EMAIL,),
 )
 def send_report_email(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    return send_email(context, args["to"], args["subject"], args["body"])
+    return send_email(context, report_recipient(context), args["subject"], args["body"])
 
 
 def _fetched(conversation: Conversation) -> dict[str, dict[str, Any] | None]:
@@ -130,8 +149,7 @@ def script(conversation: Conversation) -> list[dict[str, Any]]:
     if "write_report" not in used:
         return [tool_use(step, 0, "write_report", {"title": title, "body": body})]
     if "send_report_email" not in used:
-        to = conversation.input.get("email_to") or f"{team}@example.com"
-        email = {"to": to, "subject": title, "body": body}
+        email = {"subject": title, "body": body[:MAX_BODY]}
         return [tool_use(step, 0, "send_report_email", email)]
     return [text(_closing(conversation, team))]
 
@@ -196,7 +214,7 @@ AGENT = Agent(
         "properties": {
             "team": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
             "date": {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
-            "email_to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
+            "email_to": {"type": "string", "pattern": ADDRESS.pattern},
             "sources": {
                 "type": "array",
                 "items": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},

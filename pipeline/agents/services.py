@@ -36,6 +36,8 @@ def _key_header(context: ToolContext) -> dict[str, str]:
 
 
 def send_email(context: ToolContext, to: str, subject: str, body: str) -> dict[str, Any]:
+    """Send one email. `to` comes from the run's input, the deployment or a service's record,
+    never from the model's arguments: a page the model read cannot add a recipient."""
     base = service_url(context, "email_url", "NIGHTSHIFT_EMAIL_URL")
     response = httpx.post(
         f"{base}/emails",
@@ -62,13 +64,15 @@ def find_email(key: str, args: Any, context: ToolContext) -> dict[str, Any] | No
 
 
 def email_effect(key: Callable[[Any, ToolContext], str]) -> SideEffect:
-    """An email send as the deployed email API (NIGHTSHIFT_EMAIL_MODE) handles it."""
+    """An email send as the deployed email API (NIGHTSHIFT_EMAIL_MODE) handles it, at most
+    NIGHTSHIFT_MAX_EMAILS_PER_RUN of them a run."""
     return SideEffect(
         service="email",
         key=key,
         honours_keys=lambda settings: settings.email_mode == "keys",
         key_retention=lambda settings: timedelta(hours=settings.email_key_retention_hours),
         lookup=find_email,
+        per_run_cap=lambda settings: settings.max_emails_per_run,
     )
 
 

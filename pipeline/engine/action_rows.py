@@ -22,7 +22,7 @@ import pipeline.instruments as instruments
 from models import Action, ActionState, Run, RunStatus
 from pipeline.db import after_commit
 from pipeline.engine.leases import Lease, fenced
-from pipeline.errors import StatusConflict
+from pipeline.errors import PermanentError, StatusConflict
 from pipeline.tools import ToolOutput
 
 
@@ -44,6 +44,8 @@ class NewAction:
     args: dict[str, Any]
     requires_approval: bool
     approvers: tuple[str, ...]
+    cap: int | None = None
+    """The most actions of this service the run may record (SideEffect.per_run_cap)."""
 
     @property
     def first_state(self) -> ActionState:
@@ -74,12 +76,49 @@ class ActionView:
 
 _FREE = (ActionState.RELEASED, ActionState.WITHDRAWN)
 """Keys no run holds: the next run that means the action takes them over."""
+_COUNTED = (
+    ActionState.PENDING_APPROVAL,
+    ActionState.INTENDED,
+    ActionState.ATTEMPTED,
+    ActionState.OUTCOME_UNKNOWN,
+    ActionState.CONFIRMED,
+)
+"""A run's actions that count against its cap: sent, maybe sent, or still to be sent."""
+
+
+def check_cap_txn(session: Session, new: NewAction) -> None:
+    """PermanentError if recording `new` would give its run more actions of the service than
+    its cap. Only a new action counts: one this run recorded before (a replayed or crashed
+    step) was let through then, and another run's action is not this run's send."""
+    if new.cap is None:
+        return
+    state = session.execute(
+        select(Action.state).where(Action.idempotency_key == new.key)
+    ).scalar_one_or_none()
+    if state is not None and state not in _FREE:
+        return
+    used = session.execute(
+        select(func.count())
+        .select_from(Action)
+        .where(
+            Action.run_id == new.run_id,
+            Action.service == new.service,
+            Action.idempotency_key != new.key,
+            Action.state.in_(_COUNTED),
+        )
+    ).scalar_one()
+    if used >= new.cap:
+        raise PermanentError(
+            f"refused: this run already has {used} {new.service} action(s), its cap "
+            f"({new.cap} a run, set by the deployment); nothing was sent"
+        )
 
 
 def record_txn(session: Session, new: NewAction) -> ActionView:
     """Save the key before anything is sent. An existing row is left as it is, unless it was
     released or withdrawn: then this run takes the key over, afresh (its own arguments, its own
-    approval)."""
+    approval). Refused (PermanentError) past the run's cap for the service."""
+    check_cap_txn(session, new)
     values = {
         "run_id": new.run_id,
         "tool_use_id": new.tool_use_id,

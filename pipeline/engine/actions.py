@@ -117,7 +117,10 @@ def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
         key = check_key(tool.action_key(call.block["input"], context), what="idempotency key")
     except NightshiftError:
         return  # perform() reports it to the model when this call's turn comes
-    _record(call, tool, effect, key, context)
+    try:
+        _record(call, tool, effect, key, context)
+    except PermanentError:
+        return  # past the run's cap: likewise, perform() reports it
 
 
 def _record(
@@ -134,6 +137,7 @@ def _record(
         args=call.block["input"],
         requires_approval=tool.requires_approval,
         approvers=approvers,
+        cap=effect.cap(context.settings),
     )
     with fenced(call.lease) as session:
         return rows.record_txn(session, new)

@@ -116,7 +116,7 @@ class FailRule:
 
 class WebSandbox(SandboxServer):
     """`GET /sources/<name>`, `GET /competitors`, `GET /competitors/<id>/prices`,
-    `GET /invoices/overdue`.
+    `GET /invoices/overdue`, `GET /invoices/<invoice>` (one invoice's record, with its status).
 
     Control: `POST /_control/fail {"path", "status", "times"}` (times -1 = forever),
     `POST /_control/reset`, `GET /_control/stats` -> `{"requests": {path: count}}`.
@@ -141,6 +141,7 @@ class WebSandbox(SandboxServer):
         self.route("GET", "/competitors", self._competitors)
         self.route("GET", "/competitors/{id}/prices", self._prices)
         self.route("GET", "/invoices/overdue", self._overdue)
+        self.route("GET", "/invoices/{invoice}", self._invoice)
         self.route("POST", "/_control/fail", self._fail)
         self.route("GET", "/_control/stats", self._stats)
 
@@ -192,6 +193,13 @@ class WebSandbox(SandboxServer):
 
     def _overdue(self, _: Request) -> Response:
         return Response(200, {"as_of": self.timestamp(), "invoices": list(OVERDUE_INVOICES)})
+
+    def _invoice(self, request: Request) -> Response:
+        wanted = request.params["invoice"]
+        record = next((i for i in OVERDUE_INVOICES if i["invoice"] == wanted), None)
+        if record is None:
+            raise Rejected(404, f"no invoice {wanted!r}")
+        return Response(200, {**record, "status": "overdue"})
 
     def _fail(self, request: Request) -> Response:
         body = request.json_object()

@@ -68,7 +68,7 @@ def _conversation(email_result: dict[str, object]) -> Conversation:
     uses = [
         tool_use(0, 0, "fetch_source", {"name": "incidents"}),
         tool_use(1, 0, "write_report", {"title": "t", "body": "b"}),
-        tool_use(2, 0, "send_report_email", {"to": "ops@example.com", "subject": "t", "body": "b"}),
+        tool_use(2, 0, "send_report_email", {"subject": "t", "body": "b"}),
     ]
     results = [
         {"content": '{"title": "Incidents", "body": "Quiet."}', "is_error": False},

@@ -1,4 +1,4 @@
-"""Invoice reminders with real workers: one email per overdue client and ISO week, one per step,
+"""Invoice reminders with real workers: one email per overdue invoice and ISO week, one per step,
 so a worker killed after the third email resumes at the fourth and nobody hears twice."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ REMINDERS = Schedule(
     timezone=BERLIN, overlap=Overlap.SKIP,
 )  # fmt: skip
 MONDAY = datetime(2026, 11, 30, 9, 5, tzinfo=BERLIN)  # ISO week 2026-W49
-KEYS = {f"invoice_reminders:{invoice['client']}:2026-W49" for invoice in OVERDUE_INVOICES}
+KEYS = {f"invoice_reminders:{invoice['invoice']}:2026-W49" for invoice in OVERDUE_INVOICES}
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 

@@ -35,6 +35,8 @@ def test_postgres_urls_are_pinned_to_psycopg() -> None:
         ("NIGHTSHIFT_BROKER_URL", "amqp://guest@rabbit//"),
         ("NIGHTSHIFT_LEASE_SECONDS", "soon"),
         ("NIGHTSHIFT_TASK_EVENTS", "sometimes"),
+        ("NIGHTSHIFT_MAX_EMAILS_PER_RUN", "lots"),
+        ("NIGHTSHIFT_MAX_EMAILS_PER_RUN", "-1"),
     ],
 )
 def test_a_malformed_value_names_its_variable(variable: str, value: str) -> None:
@@ -73,6 +75,11 @@ def test_approvers_are_configured_per_tool_and_replace_the_tools_own() -> None:
     with pytest.raises(SettingsError, match="NIGHTSHIFT_APPROVERS_SET_PRICE is empty"):
         Settings.from_env({"NIGHTSHIFT_APPROVERS_SET_PRICE": " , "})
     hash(settings)  # model adapters are cached per settings
+
+
+def test_a_run_sends_at_most_fifty_emails_unless_configured() -> None:
+    assert Settings.from_env({}).max_emails_per_run == 50
+    assert Settings.from_env({"NIGHTSHIFT_MAX_EMAILS_PER_RUN": "3"}).max_emails_per_run == 3
 
 
 def test_task_events_are_off_unless_asked_for() -> None:
