@@ -1,31 +1,56 @@
 """A step's time bound holds in the threads pool, where Celery's task_time_limit does nothing:
 a step whose tool hangs is given up at the bound, the run goes on in another attempt without
-losing what was journaled, and the hung step's message is acknowledged (so Redis can never
-deliver it again while that step still runs)."""
+losing what was journaled, and the hung step's message is acknowledged, so Redis never delivers
+it again while that step still runs: with the shortest visibility timeout the settings allow, a
+restore sweep in the middle of the hang puts nothing back, and every step message reaches the
+worker once."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
+from kombu import Connection
 from sqlalchemy import select
 
 from models import JournalEntry, RunStatus
 from pipeline.db import transaction
 from pipeline.engine.step import Outcome
 from pipeline.runs.start import start_run
-from pipeline.settings import get_settings
+from pipeline.settings import STEP_GIVE_UP_SECONDS, get_settings
 from tests.integration.conftest import ProcessFactory
 from tests.support import ServiceUrls, wait_for, wait_for_status
 
 HANGS_ONCE = "tests.fixture_hangs:HANGS_ONCE"
 TIME_LIMIT = 3
-HANG_SECONDS = 25
+HANG_SECONDS = 35
+
+
+def shortest_visibility_timeout() -> float:
+    """The least NIGHTSHIFT_VISIBILITY_TIMEOUT the settings accept with this time limit."""
+    lease = float(os.environ["NIGHTSHIFT_LEASE_SECONDS"])
+    return TIME_LIMIT + lease + STEP_GIVE_UP_SECONDS + 1
+
+
+def restore_sweep(services: ServiceUrls, visibility: float) -> None:
+    """What every worker does at its start and then every 100 s (kombu's restore_visible): put
+    each message delivered more than the visibility timeout ago and not acknowledged back in
+    its queue, to be delivered again."""
+    options = {"visibility_timeout": visibility}
+    with Connection(services.broker, transport_options=options) as connection:
+        connection.default_channel.qos.restore_visible(interval=1)
+
+
+def deliveries(log: str) -> Counter[str]:
+    """How many times the worker received each step message (by task id)."""
+    return Counter(re.findall(r"Task pipeline\.step\[([0-9a-f-]+)\] received", log))
 
 
 def unacked_task_ids(services: ServiceUrls) -> set[str]:
@@ -48,13 +73,15 @@ def test_a_step_whose_tool_hangs_is_given_up_at_its_time_limit_and_the_run_goes_
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    # given a threads-pool worker with a 3 s step time limit, and a tool that hangs for 25 s
+    # given a threads-pool worker with a 3 s step time limit, a tool that hangs for 35 s, and
+    # a visibility timeout short enough that Redis would deliver a held message again mid-hang
+    visibility = shortest_visibility_timeout()
     marker = tmp_path / "hang-marker"
     register_agents(HANGS_ONCE)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the agent's script is the model
     for name, value in {
         "NIGHTSHIFT_STEP_TIME_LIMIT": str(TIME_LIMIT),
-        "NIGHTSHIFT_VISIBILITY_TIMEOUT": "60",
+        "NIGHTSHIFT_VISIBILITY_TIMEOUT": str(visibility),
         "HANG_MARKER": str(marker),
         "HANG_SECONDS": str(HANG_SECONDS),
     }.items():
@@ -82,6 +109,12 @@ def test_a_step_whose_tool_hangs_is_given_up_at_its_time_limit_and_the_run_goes_
     assert TIME_LIMIT <= seconds < TIME_LIMIT + 3
     assert task_id not in unacked_task_ids(services)
 
+    # and a restore sweep past the visibility timeout, while the tool still hangs, finds no
+    # message of that step to deliver again
+    time.sleep(max(0.0, started + visibility + 1 - time.monotonic()))
+    assert marker.read_text() == "hanging", "the sweep came after the hang"
+    restore_sweep(services, visibility)
+
     # and once the hung call returns, its late result is refused: nothing journaled twice
     wait_for(lambda: marker.read_text() == "woke up", timeout=HANG_SECONDS + 10,
              what="the hung call to return")  # fmt: skip
@@ -91,6 +124,10 @@ def test_a_step_whose_tool_hangs_is_given_up_at_its_time_limit_and_the_run_goes_
         what="the abandoned step to end",
     )
     assert ended.group(1) == Outcome.LEASE_LOST.value
+    # and no step message was delivered twice, the hung step's included
+    received = deliveries(worker.log())
+    assert received[task_id] == 1, worker.log()[-3000:]
+    assert set(received.values()) == {1}, received
     with transaction() as session:
         keys = session.scalars(select(JournalEntry.key).where(JournalEntry.run_id == run_id))
         journal = sorted(keys)
