@@ -32,6 +32,7 @@ from beat_schedule import SCHEDULES
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
 from pipeline.chaos.faults import APPROVER
 from pipeline.chaos.hosts import Host, Network
+from pipeline.chaos.webhook import ApiServer, ApprovalWebhook, create_token
 from pipeline.db import transaction
 from pipeline.errors import ServiceError
 from pipeline.local.processes import CeleryProcess
@@ -103,6 +104,9 @@ class Cluster:
     network: Network | None = None
     slots: list[WorkerSlot] = field(default_factory=list)
     beat: CeleryProcess | None = None
+    api: ApiServer | None = None
+    """`nightshift api`: the approvals go through its signed webhook."""
+    webhook: ApprovalWebhook | None = None
     sandboxes: SandboxSet | None = None
     env: dict[str, str] = field(default_factory=dict)
     deaths: list[Death] = field(default_factory=list)
@@ -195,6 +199,9 @@ class Cluster:
             host = hosts[index % len(hosts)] if hosts else None
             process = self._process(f"w{index + 1}-1", pool, concurrency, host=host)
             self.slots.append(WorkerSlot(index + 1, pool, concurrency, process.start(), host))
+        self.api = ApiServer(self.logs / "api.log", self.env).start()
+        token = create_token(APPROVER, self.env)
+        self.webhook = ApprovalWebhook(self.api.url, self.api.approval_secret, token)
 
     def _services(self, *, postgres: bool = True, redis: bool = True) -> dict[str, str]:
         """Start (or find) the embedded servers, reachable from the worker hosts if any."""
@@ -209,6 +216,8 @@ class Cluster:
                 slot.process.stop()
             if self.beat is not None:
                 self.beat.stop()
+            if self.api is not None:
+                self.api.stop()
         if self.sandboxes is not None:
             self.sandboxes.stop()
         embedded.stop(self.services_dir)
@@ -250,6 +259,12 @@ class Cluster:
                 self._died(self.beat)
                 self.beat.stop()
                 self.beat = self._process("beat", beat=True).start(wait=False)
+            if self.api is not None and self.api.exited():
+                code = self.api.process.returncode if self.api.process else None
+                self.deaths.append(Death("api", round(self.clock(), 1), code, "see api.log"))
+                self.api.stop()
+                self.api = ApiServer(self.api.log_path, self.env, self.api.approval_secret,
+                                     self.api.port).start()  # fmt: skip
 
     def _died(self, process: CeleryProcess) -> None:
         code = process.process.returncode if process.process else None

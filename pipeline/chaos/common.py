@@ -25,8 +25,13 @@ class NoTarget(ChaosError):
     """Nothing to inject this fault into right now (no busy worker, no pending approval)."""
 
 
-TRANSIENT = (DBAPIError, psycopg.Error, BrokerError, redis.RedisError, OSError)
-"""What a service restart makes the harness's own calls raise for a moment."""
+class WebhookUnavailable(ChaosError):
+    """The API did not answer, or answered that it could not (5xx): try again later."""
+
+
+TRANSIENT = (DBAPIError, psycopg.Error, BrokerError, redis.RedisError, OSError, WebhookUnavailable)
+"""What a service restart makes the harness's own calls (and the API's answers) raise for a
+moment."""
 
 
 def retrying(

@@ -12,28 +12,24 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
-from pipeline.chaos.common import ChaosError
+from pipeline.chaos.common import ChaosError, WebhookUnavailable
+from pipeline.chaos.webhook import ApprovalWebhook, Delivery
 from pipeline.db import transaction
-from pipeline.runs.decisions import Actor, decide
-
-if TYPE_CHECKING:
-    pass
 
 KINDS = (
     "kill", "stop", "redis", "postgres", "duplicate", "webhook",
     "cut_postgres", "cut_redis", "wipe", "slow_service", "lying_service", "postgres_in_send",
 )  # fmt: skip
 """kill: SIGKILL a worker or a pool child; stop: SIGSTOP one past its lease; redis, postgres:
-restart the server; duplicate: a step message sent twice; webhook: an approval fired twice at
-once; cut_postgres, cut_redis: a worker host partitioned from the server past the lease, then
-healed; wipe: the broker loses everything (FLUSHALL, or a fresh empty Redis on its port);
-slow_service: a service answers only after the lease ran out, having done the work;
-lying_service: a service does the work and answers 503; postgres_in_send: PostgreSQL restarts
-while a side effect's send is in flight."""
+restart the server; duplicate: a step message sent twice; webhook: one signed approval delivery
+posted twice at once (the second must be refused as a replay); cut_postgres, cut_redis: a
+worker host partitioned from the server past the lease, then healed; wipe: the broker loses
+everything (FLUSHALL, or a fresh empty Redis on its port); slow_service: a service answers only
+after the lease ran out, having done the work; lying_service: a service does the work and
+answers 503; postgres_in_send: PostgreSQL restarts while a side effect's send is in flight."""
 NETWORK_KINDS = frozenset({"cut_postgres", "cut_redis"})
 """Kinds that need worker hosts (network namespaces)."""
 DEFAULT_WEIGHTS = (
@@ -187,32 +183,47 @@ APPROVER = "chaos-approver@example.com"
 
 
 class Approvals:
-    """Every approval the harness fires (the workload's and the webhook faults'), to check
-    that exactly one decision per action came back as the first."""
+    """Every approval the harness fires (the workload's and the webhook faults'), sent as a
+    person's would be: signed, with the approver's token, to the API's approval webhook. It
+    checks that exactly one delivery per action came back as the first decision, and that a
+    delivery sent twice was refused the second time (a replay)."""
 
-    def __init__(self) -> None:
+    def __init__(self, webhook: ApprovalWebhook) -> None:
+        self.webhook = webhook
         self.lock = threading.Lock()
         self.firsts: Counter[str] = Counter()
         self.calls = 0
         self.concurrent = 0
         """Approvals fired from two threads at the same instant."""
+        self.replays_refused = 0
+        self.replays_accepted = 0
+        """The same signed delivery accepted more than once: the replay cache failed."""
         self.errors: list[str] = []
         self.log: list[str] = []
         """One line per call: wall-clock time, key, outcome (written to approvals.txt)."""
 
-    def fire(self, key: str, times: int = 1) -> list[Any]:
-        """Approve `key` from `times` threads at the same instant (a webhook fired twice).
+    def fire(self, key: str, times: int = 1, same: bool = False) -> list[Delivery | Exception]:
+        """Approve `key` from `times` threads at the same instant: with `same`, one signed
+        delivery sent `times` times (a sender's retry, a captured request replayed); else each
+        signed apart (two buttons pressed).
 
-        Returns each call's DecisionResult, or the exception it raised.
+        Returns each delivery's answer, or the exception it raised.
         """
-
+        with self.lock:
+            self.calls += times
+            note = f"chaos harness approval {self.calls}"
+        signed = self.webhook.request(key, note)
+        deliveries = [
+            signed if same or i == 0 else self.webhook.request(key, f"{note}.{i}")
+            for i in range(times)
+        ]
         barrier = threading.Barrier(times)
-        results: list[Any] = [None] * times
+        results: list[Delivery | Exception] = [WebhookUnavailable("not sent")] * times
 
         def call(i: int) -> None:
             barrier.wait()
             try:
-                results[i] = decide(key, "approve", Actor(APPROVER, f"chaos harness {i}"))
+                results[i] = self.webhook.send(*deliveries[i])
             except Exception as exc:  # reported, not raised: the harness keeps going
                 results[i] = exc
 
@@ -221,19 +232,27 @@ class Approvals:
             thread.start()
         for thread in threads:
             thread.join()
+        self._count(key, times, same, results)
+        return results
+
+    def _count(self, key: str, times: int, same: bool, results: list[Delivery | Exception]) -> None:
         now = datetime.now().strftime("%H:%M:%S.%f")[:-3]
+        accepted = 0
         with self.lock:
-            self.calls += times
             self.concurrent += times > 1
             for result in results:
                 if isinstance(result, Exception):
                     outcome = f"{type(result).__name__}: {str(result).splitlines()[0][:200]}"
                     self.errors.append(f"{key}: {outcome}")
+                elif result.replay:
+                    self.replays_refused += 1
+                    outcome = "refused as a replay"
                 else:
+                    accepted += 1
                     self.firsts[key] += result.first
                     outcome = f"first={result.first} state={result.state}"
-                self.log.append(f"{now} {key} x{times}: {outcome}")
-        return results
+                self.log.append(f"{now} {key} x{times}{' same' if same else ''}: {outcome}")
+            self.replays_accepted += same and accepted > 1
 
     def doubled(self) -> list[str]:
         """Actions approved as the first decision more than once: single use was broken."""

@@ -236,7 +236,8 @@ def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosR
         say(f"starting PostgreSQL, Redis, the sandbox services, beat and workers in {root}")
         cluster.start(clock)
         started = time.monotonic()
-        sampler, approvals = Sampler(), Approvals()
+        assert cluster.webhook is not None
+        sampler, approvals = Sampler(), Approvals(cluster.webhook)
         workload = Workload(config.seed, clock, sampler, approvals)
         injector = Injector(plan, cluster, sampler, clock, approvals)
         threads = [

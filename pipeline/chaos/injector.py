@@ -134,12 +134,16 @@ class Injector:
         if not keys:
             raise NoTarget("no approval pending")
         key = keys[int(fault.pick * len(keys))]
-        results = self.approvals.fire(key, times=2)
-        firsts = sum(1 for r in results if getattr(r, "first", False))
+        results = self.approvals.fire(key, times=2, same=True)
+        answers = [r for r in results if not isinstance(r, Exception)]
+        firsts = sum(1 for r in answers if r.first)
+        replays = sum(1 for r in answers if r.replay)
         errors = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, Exception)]
-        run_ids = {str(r.run_id) for r in results if hasattr(r, "run_id")}
+        run_ids = {r.run_id for r in answers if r.run_id}
         record.target, record.affected = key, sorted(run_ids)
-        record.note = f"first decisions: {firsts}" + (f"; errors: {errors}" if errors else "")
+        record.note = f"first decisions: {firsts}; refused as replays: {replays}" + (
+            f"; errors: {errors}" if errors else ""
+        )
 
     def _cut_postgres(self, fault: Fault, record: FaultRecord) -> None:
         self._cut("postgres", fault, record)

@@ -125,8 +125,10 @@ class ChaosReport:
             "with the same key absorbed by the services",
             f"stale writes refused {sum(self.stale_writes.values())} ({stale}); duplicate step "
             f"messages refused by the claim: {self.duplicate_messages_refused}",
-            f"approvals            {self.approvals['calls']} calls, {self.approvals['concurrent']}"
-            f" fired twice at once, {self.approvals['doubled']} approved twice, "
+            f"approvals            {self.approvals['calls']} signed webhook deliveries, "
+            f"{self.approvals['concurrent']} fired twice at once, "
+            f"{self.approvals['doubled']} approved twice, {self.approvals['replays_refused']} "
+            f"refused as replays ({self.approvals['replays_accepted']} replays accepted), "
             f"{self.approvals['errors']} failed (service restarting)",
             f"workers              {self.workers_replaced} replaced, "
             f"{len(self.unexpected_exits)} exited without being killed; "
@@ -286,6 +288,8 @@ def verify(
             "calls": approvals.calls,
             "concurrent": approvals.concurrent,
             "doubled": len(approvals.doubled()),
+            "replays_refused": approvals.replays_refused,
+            "replays_accepted": approvals.replays_accepted,
             "errors": len(approvals.errors),
         },
         workers_replaced=cluster.replaced,
@@ -355,6 +359,8 @@ def _problems(report: ChaosReport, workload: Workload, approvals: Approvals) -> 
         problems.append(f"{len(report.stuck)} run(s) stuck")
     if approvals.doubled():
         problems.append(f"{len(approvals.doubled())} approval(s) took effect twice")
+    if approvals.replays_accepted:
+        problems.append(f"{approvals.replays_accepted} replayed webhook delivery(ies) accepted")
     if report.unexpected_exits:
         problems.append(f"{len(report.unexpected_exits)} worker or beat exit(s) nobody caused")
     return problems

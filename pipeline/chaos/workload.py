@@ -1,5 +1,6 @@
 """The chaos harness's workload: runs of every shipped agent started at seeded random times,
-and approvals granted later (some at once, some twice at the same instant)."""
+and approvals granted later through the signed webhook (some at once, some twice at the same
+instant, signed apart like two buttons pressed)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _follow_up(n: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _invoice_reminders(n: int, rng: random.Random) -> dict[str, Any]:
-    # A week of its own per run: reminder keys are invoice_reminders:<client>:<ISO week>.
+    # A week of its own per run: reminder keys are invoice_reminders:<invoice>:<ISO week>.
     return {"date": (TODAY + timedelta(weeks=n)).isoformat()}
 
 

@@ -64,7 +64,7 @@ def test_faults_of_every_kind_lose_no_run_and_repeat_no_side_effect() -> None:
     argv += ["--hosts", str(HOSTS)]
 
     # when kills, freezes, restarts, partitions, broker wipes, slow and lying services,
-    # duplicate messages and double webhooks fly for two and a half minutes
+    # duplicate messages and double webhook deliveries fly for two and a half minutes
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=840)
 
     # then every kind was injected, nothing was lost, stuck or done twice
@@ -76,6 +76,7 @@ def test_faults_of_every_kind_lose_no_run_and_repeat_no_side_effect() -> None:
     assert report["missing_effects"] == [], story
     assert report["lost"] == [] and report["stuck"] == [], story
     assert report["approvals"]["doubled"] == 0, story
+    assert report["approvals"]["replays_accepted"] == 0, story
     assert report["unexpected_exits"] == [], story
     assert report["hosts"] == HOSTS and report["resumption_rate"] == 1.0, story
     assert report["passed"] and done.returncode == 0, story
