@@ -140,7 +140,13 @@ def count(model: type[Any]) -> int:
 def live_server(app: FastAPI) -> Iterator[str]:
     """Serve `app` with uvicorn on a free loopback port, in a thread; yields the base URL."""
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", ws="none"
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+        ws="none",
+        timeout_graceful_shutdown=5,  # a stream still open (SSE, ?wait=) is closed, not left
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
