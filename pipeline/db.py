@@ -4,11 +4,13 @@ and work that must wait until a transaction has committed (sending step messages
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Lock
 
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, event, exc, make_url, text
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.orm import Session, sessionmaker
 
 import pipeline.embedded as embedded
@@ -73,14 +75,43 @@ def get_engine(url: str | None = None) -> Engine:
             size = settings.worker_concurrency + 4
             engine = create_engine(
                 url,
-                pool_pre_ping=True,  # PostgreSQL restarts must not poison the pool
                 pool_size=size,
                 max_overflow=size,
+                # The most recently used connection first: under load a few stay busy (and
+                # need no ping, below), the rest idle until they are needed or recycled.
+                pool_use_lifo=True,
                 pool_recycle=1800,
                 connect_args=connect_args(settings),
             )
+            _ping_when_idle(engine)
             _engines[key] = engine
     return engine
+
+
+PING_IDLE_SECONDS = 1.0
+"""A pooled connection idle this long is pinged before use: PostgreSQL may have restarted or
+the network gone meanwhile. One that was in use a moment ago is not (the ping is a round trip,
+once per transaction: four a step with `pool_pre_ping`); should its server have died in that
+moment, the transaction fails as it would mid-way, and SQLAlchemy then invalidates every
+connection of the pool older than the failure."""
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi: object, record: ConnectionPoolEntry) -> None:
+        record.info["checked_in"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checking_out(dbapi: object, record: ConnectionPoolEntry, _proxy: object) -> None:
+        checked_in = record.info.get("checked_in")
+        if checked_in is None or time.monotonic() - checked_in < PING_IDLE_SECONDS:
+            return  # just opened, or just used
+        try:
+            alive = engine.dialect.do_ping(dbapi)  # type: ignore[arg-type]
+        except engine.dialect.loaded_dbapi.Error as error:
+            raise exc.DisconnectionError(f"pooled connection is dead: {error}") from error
+        if not alive:
+            raise exc.DisconnectionError("pooled connection is dead")
 
 
 def connect_args(settings: Settings) -> dict[str, object]:
