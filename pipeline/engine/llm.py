@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from functools import cache
 from typing import Any, Protocol
 
@@ -117,8 +119,38 @@ def scripted_reply(agent: Agent, messages: list[Message], model: str) -> Reply:
 
 
 def _estimate_tokens(system: str, messages: list[Message]) -> int:
-    """About four characters a token, so budgets behave the same without a real model."""
-    return max(1, (len(system) + len(json.dumps(messages))) // 4)
+    """About four characters a token, so budgets behave the same without a real model:
+    len(json.dumps(messages)), added up from each message's own length ('[', ', ' between)."""
+    dumped = 2 + sum(_SIZES.of(message) for message in messages) + 2 * max(0, len(messages) - 1)
+    return max(1, (len(system) + dumped) // 4)
+
+
+class _MessageSizes:
+    """Per process: len(json.dumps(message)) of the messages seen lately, by identity. A run's
+    conversation is rebuilt from the journal's cached entries, the same objects each step and
+    never changed, so a step measures only its new messages instead of the whole history."""
+
+    def __init__(self, kept: int = 8192) -> None:
+        self._kept = kept
+        self._sizes: OrderedDict[int, tuple[Message, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, message: Message) -> int:
+        with self._lock:
+            known = self._sizes.get(id(message))
+            if known is not None and known[0] is message:
+                self._sizes.move_to_end(id(message))
+                return known[1]
+        size = len(json.dumps(message))
+        with self._lock:
+            # The message is held, so its id cannot be reused while it is in here.
+            self._sizes[id(message)] = (message, size)
+            while len(self._sizes) > self._kept:
+                self._sizes.popitem(last=False)
+        return size
+
+
+_SIZES = _MessageSizes()
 
 
 @cache
