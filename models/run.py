@@ -99,12 +99,14 @@ class Run(Base):
     )
 
 
-def tokens_used() -> ColumnElement[int]:
+def tokens_used(runs: Any = Run) -> ColumnElement[int]:
     """Every token of a run's model calls, as the API counts them: input (cache writes and
-    reads are not in input_tokens) plus output. Token caps and token totals use this."""
+    reads are not in input_tokens) plus output. Token caps and token totals use this.
+
+    `runs`: the mapped class, or `Run.__table__.c` for a plain Core statement (no ORM)."""
     return (
-        Run.input_tokens
-        + Run.cache_creation_input_tokens
-        + Run.cache_read_input_tokens
-        + Run.output_tokens
+        runs.input_tokens
+        + runs.cache_creation_input_tokens
+        + runs.cache_read_input_tokens
+        + runs.output_tokens
     )

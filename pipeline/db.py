@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from threading import Lock
 
 from sqlalchemy import Engine, create_engine, event, exc, make_url, text
-from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 import pipeline.embedded as embedded
 from pipeline.settings import Settings, get_settings

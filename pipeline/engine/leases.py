@@ -7,8 +7,9 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Executable, Row, text
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
@@ -162,6 +163,21 @@ def guard_txn(session: Session, lease: Lease) -> None:
     result = session.execute(_GUARD, {"run_id": lease.run_id, "fence": lease.fence})
     if not result.rowcount:  # type: ignore[attr-defined]
         raise LeaseLost(f"run {lease.run_id}: fence {lease.fence} is no longer current")
+
+
+def fenced_first_txn(
+    session: Session, lease: Lease, statement: Executable, values: dict[str, Any]
+) -> Row[Any]:
+    """The fence check inside the write itself, as the first statement of a transaction:
+    `statement` updates the run's row `WHERE id = :run_id AND fence = :fence` (locking it, as
+    guard_txn's UPDATE does), directly or in a CTE, and returns a row; none raises LeaseLost
+    and the transaction rolls back. One round trip where guard_txn and the write take two."""
+    row = session.execute(
+        statement, {**values, "run_id": lease.run_id, "fence": lease.fence}
+    ).first()
+    if row is None:
+        raise LeaseLost(f"run {lease.run_id}: fence {lease.fence} is no longer current")
+    return row
 
 
 @contextmanager

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from models import BatchStatus, Run
@@ -28,13 +29,32 @@ class Limits:
     spend: budgets.Spend
 
 
+_RUNS = Run.__table__.c
+
+LIMITS_COLUMNS = (
+    _RUNS.cancel_requested,
+    _RUNS.cancel_requested_by,
+    (_RUNS.deadline <= func.now()).label("past_deadline"),
+    *budgets.SPEND_COLUMNS,
+)
+"""What the stop checks read of a run and its batch (from budgets.RUN_AND_BATCH)."""
+
+_LIMITS = (
+    select(*LIMITS_COLUMNS)
+    .select_from(budgets.RUN_AND_BATCH)
+    .where(_RUNS.id == bindparam("run_id"))
+)
+
+
 def limits_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Limits:
-    row = session.execute(
-        select(Run.cancel_requested, Run.cancel_requested_by, Run.deadline <= func.now()).where(
-            Run.id == run_id
-        )
-    ).one()
-    return Limits(row[0], row[1], bool(row[2]), budgets.spend_txn(session, run_id, settings))
+    row = session.execute(_LIMITS, {"run_id": run_id}).one()
+    return limits_of(session, row, settings)
+
+
+def limits_of(session: Session, row: Any, settings: Settings) -> Limits:
+    """The limits from a row that holds LIMITS_COLUMNS."""
+    spend = budgets.spend_of(session, row, settings)
+    return Limits(row.cancel_requested, row.cancel_requested_by, bool(row.past_deadline), spend)
 
 
 def stop_for(

@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
-from sqlalchemy import DateTime, case, cast, func, literal, select, update
+from sqlalchemy import DateTime, bindparam, case, cast, func, literal, select, text, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,7 @@ from pipeline.db import after_commit, transaction
 from pipeline.engine import journal as jr
 from pipeline.engine import stops
 from pipeline.engine.actions import ParkRun
+from pipeline.engine.budgets import RUN_AND_BATCH
 from pipeline.engine.leases import (
     RELEASED,
     Heartbeat,
@@ -33,18 +34,21 @@ from pipeline.engine.leases import (
     claim_from_dead_txn,
     claim_txn,
     fenced,
+    fenced_first_txn,
 )
 from pipeline.engine.limits import (
+    LIMITS_COLUMNS,
     Limits,
     alert_for,
     config_stop,
+    limits_of,
     limits_txn,
     stop_for,
     warn_for,
 )
 from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
-from pipeline.engine.usage import Usage
+from pipeline.engine.usage import ADD_USAGE, Usage
 from pipeline.errors import (
     DatabaseUnavailable,
     LeaseLost,
@@ -158,14 +162,33 @@ class Loaded:
     limits: Limits
 
 
+_RUNS = Run.__table__.c
+
+# The run and what the first stop check reads, in one statement (built once, plain Core).
+_LOAD = (
+    select(_RUNS.agent, _RUNS.input, _RUNS.step, _RUNS.max_steps, _RUNS.state, *LIMITS_COLUMNS)
+    .select_from(RUN_AND_BATCH)
+    .where(_RUNS.id == bindparam("run_id"))
+)
+
+
+# The checkpoint is one statement: the fence check, the step's counters and giving up the
+# lease (RELEASED) in the same UPDATE.
+_CHECKPOINT = text(
+    f"""
+    UPDATE runs
+       SET step = step + 1, tool_calls = tool_calls + :tool_calls, {ADD_USAGE},
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE id = :run_id AND fence = :fence
+    RETURNING step
+    """
+)
+
+
 def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded:
-    row = session.execute(
-        select(
-            Run.id, Run.agent, Run.input, Run.step, Run.max_steps, Run.state, Run.batch_id
-        ).where(Run.id == run_id)
-    ).one()
+    row = session.execute(_LOAD, {"run_id": run_id}).one()
     snapshot = RunSnapshot(
-        id=row.id,
+        id=run_id,
         agent=row.agent,
         input=row.input,
         step=row.step,
@@ -174,7 +197,7 @@ def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded
         batch_id=row.batch_id,
     )
     journal = jr.Journal.load_txn(session, run_id)
-    return Loaded(snapshot, journal, limits_txn(session, run_id, settings))
+    return Loaded(snapshot, journal, limits_of(session, row, settings))
 
 
 class StepRunner:
@@ -329,8 +352,8 @@ class StepRunner:
             cut_offs.append(cut)
             crash_point("after_cut_off_journaled")
             log.warning("the reply was cut off at max_tokens=%d; asking again", room)
-        with fenced(self.lease) as session:
-            journal.append_txn(session, key, run.step, jr.MODEL_STEP, reply)
+        with transaction() as session:
+            journal.append_fenced_txn(session, self.lease, key, run.step, jr.MODEL_STEP, reply)
             # for the check before the first tool
             self._limits = limits_txn(session, run.id, self.settings)
         crash_point("after_model_journaled")
@@ -358,17 +381,9 @@ class StepRunner:
     def _checkpoint(self, run: RunSnapshot, tool_calls: int) -> StepResult:
         """Commit the step, give up the lease and send the next step once that committed."""
         crash_point("before_checkpoint")
-        with fenced(self.lease) as session:
-            session.execute(
-                update(Run)
-                .where(Run.id == run.id)
-                .values(
-                    step=Run.step + 1,
-                    tool_calls=Run.tool_calls + tool_calls,
-                    **self.usage.increments(),
-                    **RELEASED,
-                )
-            )
+        with transaction() as session:
+            values = {"tool_calls": tool_calls, **self.usage.amounts()}
+            fenced_first_txn(session, self.lease, _CHECKPOINT, values)
             after_commit(session, lambda: crash_point("after_checkpoint_before_enqueue"))
             self._send_next(session, run, run.step + 1)
         log.info("checkpointed")

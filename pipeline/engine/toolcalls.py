@@ -14,10 +14,11 @@ from sqlalchemy import text
 import pipeline.instruments as instruments
 from pipeline.agent import Agent, Block
 from pipeline.crash import crash_point
+from pipeline.db import transaction
 from pipeline.engine import artifacts
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import perform, record_proposal
-from pipeline.engine.leases import Lease, fenced
+from pipeline.engine.leases import Lease
 from pipeline.engine.once import JournalOnce
 from pipeline.engine.timers import await_timer
 from pipeline.errors import PermanentError, TemporaryError, redact_urls
@@ -172,8 +173,10 @@ def _record(
         "content": content,
         "is_error": error is not None,
     }
-    with fenced(call.lease) as session:
-        journal.append_txn(session, call.key, call.step, call.block["name"], payload)
+    with transaction() as session:
+        journal.append_fenced_txn(
+            session, call.lease, call.key, call.step, call.block["name"], payload
+        )
         if artifact is not None:
             ref, media_type = artifact
             artifacts.record_txn(session, call.run_id, ref, media_type)

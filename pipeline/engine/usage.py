@@ -17,6 +17,9 @@ COUNTERS = (
 """The Messages API's usage fields; input_tokens excludes what was written to or read from
 the prompt cache."""
 
+ADD_USAGE = ", ".join(f"{name} = {name} + :{name}" for name in (*COUNTERS, "cost_usd"))
+"""SET clauses of a plain SQL UPDATE of runs adding a Usage's amounts() to its counters."""
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -47,6 +50,10 @@ class Usage:
             self.cache_read_input_tokens + other.cache_read_input_tokens,
             self.cost_usd + other.cost_usd,
         )
+
+    def amounts(self) -> dict[str, Any]:
+        """The parameters of ADD_USAGE: this usage by counter name."""
+        return {name: getattr(self, name) for name in (*COUNTERS, "cost_usd")}
 
     def increments(self) -> dict[str, Any]:
         """`UPDATE runs SET ...` values that add this usage to the run's counters."""
