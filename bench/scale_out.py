@@ -20,6 +20,9 @@ import time
 from pathlib import Path
 
 import common
+import plain_celery
+import psycopg
+from psycopg import sql
 
 from pipeline import embedded
 from pipeline.chaos.hosts import Network, unavailable
@@ -28,6 +31,7 @@ from pipeline.sandbox.responders import agent_responder
 
 NAME = "scale_out"
 REDIS_DB = 6
+DEFAULT_MAX_CONNECTIONS = 100
 
 
 def commits() -> int:
@@ -44,6 +48,23 @@ def commits_after_flush() -> int:
     time.sleep(1.5)
     common.sql("SELECT pg_stat_clear_snapshot()")
     return commits()
+
+
+def size_connections(
+    services: Path, urls: dict[str, str], network: Network, hosts: int, threads: int
+) -> dict[str, str]:
+    """Give PostgreSQL the connections the most hosts need (README: 2 x (threads + 4) a worker
+    process, plus this process and beat), restarting it if that is above its default. With the
+    default 100, 6 hosts x 16 threads ran out ('too many clients already') mid-step."""
+    needed = hosts * 2 * (threads + 4) + 20
+    if needed <= DEFAULT_MAX_CONNECTIONS:
+        return urls
+    with psycopg.connect(plain_celery.libpq_url(urls["postgres"]), autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER SYSTEM SET max_connections = {}").format(needed))
+    embedded.stop(services, only=["postgres"])
+    return embedded.ensure_running(
+        services, listen=[network.service_address], clients=[network.clients]
+    )
 
 
 def measure(
@@ -112,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         urls = embedded.ensure_running(
             services, listen=[network.service_address], clients=[network.clients]
         )
+        urls = size_connections(services, urls, network, max(counts), args.threads)
         model = MessagesSandbox(
             responder=agent_responder,
             latency_seconds=args.latency,
@@ -128,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                 host_env = {
                     "NIGHTSHIFT_DATABASE_URL": bench.db_url.replace(here, there),
                     "NIGHTSHIFT_BROKER_URL": bench.broker_url.replace(here, there),
+                    "NIGHTSHIFT_WORKER_CONCURRENCY": str(args.threads),  # the pool's size
                 }
+                # The tick, as in any deployment: a step that failed resumes once its lease
+                # lapses instead of holding the batch until the timeout.
+                bench.beat()
                 rows = [measure(bench, network, n, args, host_env) for n in counts]
                 machine = bench.machine()
         finally:
