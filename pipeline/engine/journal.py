@@ -120,6 +120,7 @@ class Journal:
         self.run_id = run_id
         self.entries = entries
         self._by_key = {e.key: e for e in entries}
+        self._deferred: list[Entry] = []
 
     @classmethod
     def load_txn(cls, session: Session, run_id: uuid.UUID) -> Journal:
@@ -172,6 +173,19 @@ class Journal:
         values = {"key": key, "step": step, "step_name": step_name, "payload": payload}
         fenced_first_txn(session, lease, _APPEND_FENCED, values)
         self._remember(key, step, step_name, payload)
+
+    def defer(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
+        """Journal this entry in the step's checkpoint transaction (write_deferred_txn) instead
+        of one of its own: the step's last write before the checkpoint."""
+        self._deferred.append(Entry(key, step, step_name, payload))
+        self._remember(key, step, step_name, payload)
+
+    def write_deferred_txn(self, session: Session, lease: Lease) -> None:
+        """The deferred entries, each checking the fence (the first locks the run's row)."""
+        deferred, self._deferred = self._deferred, []
+        for entry in deferred:
+            values = {"key": entry.key, "step": entry.step, "step_name": entry.step_name}
+            fenced_first_txn(session, lease, _APPEND_FENCED, {**values, "payload": entry.payload})
 
     def _remember(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
         entry = Entry(key, step, step_name, payload)

@@ -297,7 +297,10 @@ class StepRunner:
         if stop is not None:
             raise stop
         uses = [b for b in reply["content"] if b["type"] == "tool_use"]
-        calls = [ToolCall(self.lease, run.id, run.agent, run.step, run.input, b) for b in uses]
+        calls = [
+            ToolCall(self.lease, run.id, run.agent, run.step, run.input, b, last=b is uses[-1])
+            for b in uses
+        ]
         record_proposals(calls, agent, journal, self.settings)
         for call in calls:
             self._keep_going(before_tool=True)
@@ -382,6 +385,7 @@ class StepRunner:
         """Commit the step, give up the lease and send the next step once that committed."""
         crash_point("before_checkpoint")
         with transaction() as session:
+            self.loaded.journal.write_deferred_txn(session, self.lease)  # the last tool result
             values = {"tool_calls": tool_calls, **self.usage.amounts()}
             fenced_first_txn(session, self.lease, _CHECKPOINT, values)
             after_commit(session, lambda: crash_point("after_checkpoint_before_enqueue"))

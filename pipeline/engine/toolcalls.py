@@ -51,6 +51,10 @@ class ToolCall:
     run_input: dict[str, Any]
     block: Block
     """The model's tool_use block: id, name, input."""
+    last: bool = False
+    """The reply's last call: its result is journaled with the step's checkpoint, in one
+    transaction (a crash before that commit runs it again: a read-only tool is rerun, a side
+    effect is found in its action's row)."""
 
     @property
     def key(self) -> str:
@@ -173,6 +177,9 @@ def _record(
         "content": content,
         "is_error": error is not None,
     }
+    if call.last and artifact is None:
+        journal.defer(call.key, call.step, call.block["name"], payload)
+        return payload
     with transaction() as session:
         journal.append_fenced_txn(
             session, call.lease, call.key, call.step, call.block["name"], payload
