@@ -71,6 +71,8 @@ KeyBuilder = Callable[[Any, ToolContext], str]
 Lookup = Callable[[str, Any, ToolContext], "ToolOutput | None"]
 """(key, the action's stored arguments, context) -> the service's record of the action, or
 None if nothing happened under the key. Raises LookupUnsupported when it cannot tell."""
+Check = Callable[[Any, ToolContext], None]
+"""(arguments, context) -> None, or PermanentError with the reason the model reads."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,11 @@ class SideEffect:
     """How many of this service's actions one run may record (an email cap, say): past it the
     call is refused with a permanent error and nothing is sent. Counted from the run's actions
     in the database, so a replay, a crash or a second worker cannot reset it."""
+    check: Check | None = None
+    """Refuses a call before its action is recorded: raise PermanentError saying why (a
+    target outside the run's allowlist, an amount out of bounds). Nothing is saved, so nothing
+    waits for approval. Asked only when the call would record a new action, never for one this
+    run recorded already: a replayed step cannot refuse what an approver was shown."""
 
     def honoured(self, settings: Settings) -> bool:
         return bool(
@@ -133,6 +140,8 @@ class SideEffect:
             found.append("lookup must take (key, args, context)")
         if self.namespace is not None and not NAMESPACE.match(str(self.namespace)):
             found.append(f"namespace {self.namespace!r} must match {NAMESPACE.pattern}")
+        if self.check is not None and (not callable(self.check) or not _takes(self.check, 2)):
+            found.append("check must take (args, context)")
         cap = self.per_run_cap
         if not (cap is None or callable(cap) or (type(cap) is int and cap >= 0)):
             found.append("per_run_cap must be a count (0 or more) or a function of the settings")
@@ -382,6 +391,11 @@ class Tool:
         assert self.side_effect is not None, f"{self.name} has no side effect"
         meaning = self.side_effect.key(self.arguments.parse(args), context)
         return action_key(self.side_effect.namespace or context.agent, meaning)
+
+    def check_action(self, args: dict[str, Any], context: ToolContext) -> None:
+        """The side effect's check of a new action (PermanentError: refused)."""
+        assert self.side_effect is not None and self.side_effect.check is not None
+        self.side_effect.check(self.arguments.parse(args), context)
 
     def look_up(self, key: str, args: dict[str, Any], context: ToolContext) -> ToolOutput | None:
         assert self.side_effect is not None and self.side_effect.lookup is not None

@@ -41,3 +41,16 @@ def wait_for_status(run_id: uuid.UUID, statuses: set[str], timeout: float = 60.0
         return row if row.status in statuses else None
 
     return wait_for(probe, timeout=timeout, interval=0.2, what=f"run {run_id} to reach {statuses}")
+
+
+def tool_results(run_id: uuid.UUID, tool: str) -> list[dict[str, Any]]:
+    """The journaled results of `tool`'s calls in the run, in the order they were journaled."""
+    from models import JournalEntry
+    from pipeline.db import transaction
+
+    with transaction() as session:
+        query = select(JournalEntry.payload).where(
+            JournalEntry.run_id == run_id, JournalEntry.step_name == tool
+        )
+        ordered = query.order_by(JournalEntry.step, JournalEntry.id)
+        return [p for p in session.scalars(ordered) if "content" in p]

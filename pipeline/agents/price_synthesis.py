@@ -4,21 +4,35 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import httpx
-
-from pipeline import Agent, Conversation, SideEffect, ToolContext, text, tool, tool_use
+from pipeline import (
+    Agent,
+    Conversation,
+    PermanentError,
+    SideEffect,
+    ToolContext,
+    text,
+    tool,
+    tool_use,
+)
 from pipeline.agents.documents import document_tool
-from pipeline.agents.services import PRICING, TIMEOUT, find_price_change, service_url, set_price
+from pipeline.agents.services import PRICING, find_price_change, read_prices, set_price
+from pipeline.settings import config_variable
 
 MIN_QUOTES = 3
 """A SKU needs this many competitor prices before a change is proposed for it."""
 THRESHOLD = 0.02
 """Propose matching the market median when our price is further than this from it."""
+
+MAX_CHANGE = "pricing.max_change"
+"""The deployment's bound on one change, as a share of our current price (NIGHTSHIFT_CONFIG_
+PRICING_MAX_CHANGE); DEFAULT_MAX_CHANGE unless set."""
+DEFAULT_MAX_CHANGE = "0.25"
 
 _SKU = "^[A-Za-z0-9_.-]{1,64}$"
 PRICING_APPROVER = "pricing@example.com"
@@ -46,17 +60,7 @@ PRICING_APPROVER = "pricing@example.com"
     needs=(PRICING,),
 )
 def read_price_book(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
-    prices: dict[str, Any] = {}
-    with httpx.Client(timeout=TIMEOUT) as client:
-        for sku in args["skus"]:
-            response = client.get(f"{base}/prices/{sku}")
-            if response.status_code == 404:
-                continue  # not a SKU we sell
-            response.raise_for_status()
-            book = response.json()
-            prices[sku] = {"price": book["price"], "currency": book["currency"]}
-    return {"prices": prices}
+    return {"prices": read_prices(context, args["skus"])}
 
 
 write_summary = document_tool(
@@ -72,11 +76,65 @@ def price_key(args: dict[str, Any], context: ToolContext) -> str:
     return f"{args['sku']}:{context.run_input['batch']}"
 
 
+def run_skus(run_input: dict[str, Any]) -> list[str]:
+    """The SKUs this run may propose prices for: those MIN_QUOTES or more of the competitor
+    reports in its input quote (one hostile page cannot add a SKU)."""
+    reports = competitor_reports(run_input["children"])
+    return [m.sku for m in markets(reports) if m.quotes >= MIN_QUOTES]
+
+
+def max_change(context: ToolContext) -> float:
+    configured = context.config(MAX_CHANGE, DEFAULT_MAX_CHANGE)
+    try:
+        bound = float(configured)
+    except ValueError:
+        bound = math.nan
+    if not 0 < bound < math.inf:
+        raise PermanentError(
+            f"{config_variable(MAX_CHANGE)} must be a share above 0 (0.25 is 25%), not "
+            f"{configured!r}; nothing was proposed"
+        )
+    return bound
+
+
+def check_price_change(args: dict[str, Any], context: ToolContext) -> None:
+    """Before a change is recorded for approval: the SKU is one of this run's, in the price
+    book's currency, and the price moves at most pricing.max_change from our current one."""
+    sku, price, currency = args["sku"], float(args["price"]), args["currency"]
+    allowed = run_skus(context.run_input)
+    if sku not in allowed:
+        shown = ", ".join(allowed[:10]) + (f" and {len(allowed) - 10} more" if allowed[10:] else "")
+        raise PermanentError(
+            f"refused: {sku} is not one of this run's SKUs (quoted by {MIN_QUOTES}+ of its "
+            f"competitor reports: {shown or 'none'}); nothing was proposed"
+        )
+    bound = max_change(context)
+    current = read_prices(context, [sku]).get(sku)
+    if current is None:
+        raise PermanentError(f"refused: {sku} is not in our price book; nothing was proposed")
+    if currency != current["currency"]:
+        raise PermanentError(
+            f"refused: {sku} is priced in {current['currency']}, not {currency}; "
+            "nothing was proposed"
+        )
+    ours = float(current["price"])
+    if abs(price - ours) > bound * ours * (1 + 1e-9):
+        moved = f"{(price - ours) / ours:+.1%}" if ours else "from zero"
+        raise PermanentError(
+            f"refused: {sku} from {ours:.2f} to {price:.2f} {currency} ({moved}) is more than "
+            f"the {bound:.1%} one change may move a price ({config_variable(MAX_CHANGE)}); "
+            "nothing was proposed"
+        )
+
+
 @tool(
     name="set_price",
     description=(
         "Set our price for one SKU. The pricing manager must approve each change first; "
-        "give the reason they will read."
+        f"give the reason they will read. Only for a SKU that {MIN_QUOTES} or more of this "
+        "run's competitor reports quote, in the price book's currency, and within the "
+        f"deployment's bound of our current price ({float(DEFAULT_MAX_CHANGE):.0%} unless "
+        "configured); anything else is refused."
     ),
     schema={
         "type": "object",
@@ -96,6 +154,7 @@ def price_key(args: dict[str, Any], context: ToolContext) -> str:
         honours_keys=True,
         key_retention=timedelta.max,
         lookup=find_price_change,
+        check=check_price_change,
     ),
     requires_approval=True,
     needs=(PRICING,),

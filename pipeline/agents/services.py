@@ -106,6 +106,21 @@ def find_open_pull(key: str, args: Any, context: ToolContext) -> dict[str, Any] 
     return dict(pulls[0]) if pulls else None
 
 
+def read_prices(context: ToolContext, skus: list[str]) -> dict[str, dict[str, Any]]:
+    """Our price book's {price, currency} for each SKU we sell (one we do not is left out)."""
+    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    prices: dict[str, dict[str, Any]] = {}
+    with httpx.Client(timeout=TIMEOUT) as client:
+        for sku in skus:
+            response = client.get(f"{base}/prices/{sku}")
+            if response.status_code == 404:
+                continue
+            response.raise_for_status()
+            book = response.json()
+            prices[sku] = {"price": book["price"], "currency": book["currency"]}
+    return prices
+
+
 def set_price(context: ToolContext, sku: str, price: float, currency: str) -> dict[str, Any]:
     base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
     response = httpx.put(

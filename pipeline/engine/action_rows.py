@@ -86,16 +86,26 @@ _COUNTED = (
 """A run's actions that count against its cap: sent, maybe sent, or still to be sent."""
 
 
+def is_new_txn(session: Session, key: str) -> bool:
+    """Whether recording `key` would make a new action: no row has it, or none that a run
+    holds. Not new: this run recorded it before (a replayed or crashed step), or another run
+    did (this run learns its outcome, it does not send it)."""
+    state = session.execute(
+        select(Action.state).where(Action.idempotency_key == key)
+    ).scalar_one_or_none()
+    return state is None or state in _FREE
+
+
+def is_new(lease: Lease, key: str) -> bool:
+    with fenced(lease) as session:
+        return is_new_txn(session, key)
+
+
 def check_cap_txn(session: Session, new: NewAction) -> None:
     """PermanentError if recording `new` would give its run more actions of the service than
-    its cap. Only a new action counts: one this run recorded before (a replayed or crashed
-    step) was let through then, and another run's action is not this run's send."""
-    if new.cap is None:
-        return
-    state = session.execute(
-        select(Action.state).where(Action.idempotency_key == new.key)
-    ).scalar_one_or_none()
-    if state is not None and state not in _FREE:
+    its cap. Only a new action counts: one this run recorded before was let through then, and
+    another run's action is not this run's send."""
+    if new.cap is None or not is_new_txn(session, new.key):
         return
     used = session.execute(
         select(func.count())

@@ -29,6 +29,7 @@ from pipeline.errors import (
     NightshiftError,
     PermanentError,
     StopStep,
+    TemporaryError,
     redact_urls,
 )
 from pipeline.keys import (
@@ -40,7 +41,7 @@ from pipeline.keys import (
     retry_wait,
 )
 from pipeline.logs import get_logger
-from pipeline.retry import RetryPolicy, classify
+from pipeline.retry import RetryPolicy, call_with_retries, classify
 from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput, once_scope
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 log = get_logger("nightshift.actions")
 
 RESEND_POLICY = RetryPolicy(attempts=3, base_seconds=0.5, cap_seconds=5.0)
+TOOL_RETRY = RetryPolicy(attempts=4, base_seconds=0.5, cap_seconds=8.0)
+"""A read-only tool, and a side effect's check (which may ask its service, a price book)."""
 
 
 KEY_CONFLICT = "key_conflict"
@@ -119,14 +122,21 @@ def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
         return  # perform() reports it to the model when this call's turn comes
     try:
         _record(call, tool, effect, key, context)
-    except PermanentError:
-        return  # past the run's cap: likewise, perform() reports it
+    except (PermanentError, TemporaryError):
+        return  # refused by its check or past the run's cap: likewise, perform() reports it
 
 
 def _record(
     call: ToolCall, tool: Tool, effect: SideEffect, key: str, context: ToolContext
 ) -> ActionView:
-    """Save the key (or find who has it) before anything is sent."""
+    """Save the key (or find who has it) before anything is sent; a new action only once the
+    side effect's check lets it through (refused: PermanentError, and nothing is saved)."""
+    if effect.check is not None and rows.is_new(call.lease, key):
+        call_with_retries(
+            lambda: tool.check_action(call.block["input"], context),
+            TOOL_RETRY,
+            before_retry=context.keep_going,
+        )
     approvers = context.settings.approvers_for(tool.name, tool.approvers)
     new = NewAction(
         key=key,

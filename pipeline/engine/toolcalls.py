@@ -17,19 +17,17 @@ from pipeline.crash import crash_point
 from pipeline.db import transaction
 from pipeline.engine import artifacts
 from pipeline.engine import journal as jr
-from pipeline.engine.actions import perform, record_proposal
+from pipeline.engine.actions import TOOL_RETRY, perform, record_proposal
 from pipeline.engine.leases import Lease
 from pipeline.engine.once import JournalOnce
 from pipeline.engine.timers import await_timer
 from pipeline.errors import PermanentError, TemporaryError, redact_urls
 from pipeline.logs import get_logger
-from pipeline.retry import RetryPolicy, call_with_retries
+from pipeline.retry import call_with_retries
 from pipeline.settings import Settings
 from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput, once_scope
 
 log = get_logger("nightshift.tools")
-
-TOOL_RETRY = RetryPolicy(attempts=4, base_seconds=0.5, cap_seconds=8.0)
 
 # Merge into state.artifacts without rewriting the rest of the run's state.
 _ADD_ARTIFACT_REF = text(

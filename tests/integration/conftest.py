@@ -14,6 +14,7 @@ from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.git_repos import seed_demo_repository, url_template
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
+from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
 
@@ -45,6 +46,20 @@ def sandbox(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     email.stop()
     messages.stop()
     web.stop()
+
+
+@pytest.fixture
+def pricing(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[PricingSandbox]:
+    """The price book, beside the web and Messages API services."""
+    from pipeline.settings import get_settings
+
+    service = PricingSandbox(log_path=tmp_path / "pricing.jsonl").start()
+    monkeypatch.setenv("NIGHTSHIFT_PRICING_URL", service.url)
+    get_settings.cache_clear()
+    yield service
+    service.stop()
 
 
 @pytest.fixture

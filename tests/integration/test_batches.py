@@ -8,7 +8,6 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -22,7 +21,6 @@ from pipeline.db import transaction
 from pipeline.runs.decisions import Decision, DecisionResult, decide
 from pipeline.runs.schedules import fire
 from pipeline.sandbox.pricing import PricingSandbox
-from pipeline.settings import get_settings
 from pipeline.slots import Overlap, Schedule
 from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory, Sandbox
@@ -36,17 +34,6 @@ MONITOR = Schedule(
 NIGHT = datetime(2026, 11, 30, 8, tzinfo=UTC)  # 03:00 in New York: the 02:00 slot is due
 WORKING = re.compile(r"\[run=([0-9a-f-]{36}) step=(\d+) agent=\w+ worker=[^\]]+\] working")
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
-
-
-@pytest.fixture
-def pricing(
-    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[PricingSandbox]:
-    service = PricingSandbox(log_path=tmp_path / "pricing.jsonl").start()
-    monkeypatch.setenv("NIGHTSHIFT_PRICING_URL", service.url)
-    get_settings.cache_clear()
-    yield service
-    service.stop()
 
 
 def children(batch_id: str) -> list[Run]:

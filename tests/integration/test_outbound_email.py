@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from models import Action, ActionState, JournalEntry, RunStatus
+from models import Action, ActionState, RunStatus
 from pipeline.db import transaction
 from pipeline.runs.start import start_run
 from pipeline.sandbox.responders import agent_responder, content_blocks, tool_use_reply
 from pipeline.sandbox.web import OVERDUE_INVOICES
 from pipeline.settings import get_settings
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import wait_for, wait_for_status
+from tests.support import tool_results, wait_for, wait_for_status
 
 EVIL = "x@evil.example"
 BOGUS = "INV-0000-0000"
@@ -48,14 +48,6 @@ def obeys_the_page(tool: str, tricks: list[dict[str, Any]]) -> Any:
         return reply
 
     return responder
-
-
-def tool_results(run_id: Any, tool: str) -> list[dict[str, Any]]:
-    with transaction() as session:
-        query = select(JournalEntry.payload).where(
-            JournalEntry.run_id == run_id, JournalEntry.step_name == tool
-        )
-        return [p for p in session.scalars(query.order_by(JournalEntry.step)) if "content" in p]
 
 
 def report_model_obeying_the_page(request: dict[str, Any]) -> dict[str, Any]:

@@ -200,6 +200,8 @@ TOOL_MISTAKES = [
     (dict(side_effect=SideEffect(service="e", key=key, namespace="a:b")), "namespace 'a:b'"),
     (dict(side_effect=SideEffect(service="e", key=key, per_run_cap=-1)),
      "per_run_cap must be a count"),
+    (dict(side_effect=SideEffect(service="e", key=key, check=lambda args: None)),
+     "check must take (args, context)"),
     (dict(requires_approval=True), "requires_approval=True needs a side_effect"),
     (dict(approvers=("lead",)), "approvers are given but requires_approval is False"),
     (dict(side_effect=SideEffect(service="e", key=key), requires_approval=True,
