@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable
 
+import redis
 from sqlalchemy import func, select
 
 from models import JournalEntry, RunStatus
@@ -16,7 +18,7 @@ from pipeline.runs.start import start_run
 from pipeline.sandbox.base import read_log
 from pipeline.sandbox.responders import agent_responder
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import run_row, wait_for, wait_for_status
+from tests.support import ServiceUrls, run_row, wait_for, wait_for_status
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 STEPS = 6  # three fetches, the report, the email, the closing line
@@ -222,20 +224,20 @@ def test_a_failed_tool_call_is_journaled_without_the_credentials_in_its_url(
 
 
 def test_steps_keep_no_result_in_the_broker(
-    sandbox: Sandbox, processes: ProcessFactory, services
+    sandbox: Sandbox, processes: ProcessFactory, services: ServiceUrls
 ) -> None:
-    import re
-
-    import redis
-
     # when a run's steps are done by a worker
     worker = processes("w1")
     run_id = start_run("nightly_report", RUN_INPUT).run_id
     assert wait_for_status(run_id, DONE, timeout=60).status == RunStatus.SUCCEEDED
 
-    # then none of them left a result behind in Redis (a noeviction broker)
-    task_ids = re.findall(r"Task pipeline\.step\[([0-9a-f-]+)\] succeeded", worker.log())
-    assert len(task_ids) >= STEPS
+    # then none of them left a result behind in Redis (a noeviction broker); the last step's
+    # "succeeded" line is written after the run's final commit, so wait for it
+    def succeeded() -> list[str]:
+        return re.findall(r"Task pipeline\.step\[([0-9a-f-]+)\] succeeded", worker.log())
+
+    wait_for(lambda: len(succeeded()) >= STEPS, timeout=30, what="every step task's log line")
+    task_ids = succeeded()
     client = redis.Redis.from_url(services.broker)
     try:
         assert not any(client.exists(f"celery-task-meta-{task_id}") for task_id in task_ids)
