@@ -6,8 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,11 +18,8 @@ from pipeline.api.client import NightshiftClient, wait_for_run
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.runs.start import start_run
-from pipeline.sandbox.githost import GitHostSandbox
-from pipeline.sandbox.web import WebSandbox
-from pipeline.settings import get_settings
 from tests.integration.api_fixtures import AUTH, TOKEN, client, live_server, make_app
-from tests.integration.conftest import ProcessFactory, Sandbox
+from tests.integration.conftest import ProcessFactory, Sandbox, Services
 from tests.support import wait_for
 
 REPORT = {"team": "ops", "date": "2026-11-29"}
@@ -145,23 +141,8 @@ def test_starting_with_wait_answers_with_the_outcome(
 # -- the command line and the client helper: real workers and beat -------------------------
 
 
-@pytest.fixture
-def services_up(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[WebSandbox, GitHostSandbox]]:
-    web = WebSandbox(log_path=tmp_path / "web.jsonl").start()
-    githost = GitHostSandbox(log_path=tmp_path / "githost.jsonl").start()
-    monkeypatch.setenv("NIGHTSHIFT_WEB_URL", web.url)
-    monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", githost.url)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    get_settings.cache_clear()
-    yield web, githost
-    githost.stop()
-    web.stop()
-
-
 def test_start_wait_prints_the_outcome_and_exits_with_its_code(
-    services_up: tuple[WebSandbox, GitHostSandbox],
+    services_up: Services,
     processes: ProcessFactory,
     capsys: pytest.CaptureFixture[str],
     register_agents: Callable[..., None],
@@ -196,7 +177,7 @@ def test_start_wait_prints_the_outcome_and_exits_with_its_code(
 
 
 def test_other_services_wait_for_a_run_through_the_client_helper(
-    services_up: tuple[WebSandbox, GitHostSandbox],
+    services_up: Services,
     processes: ProcessFactory,
     monkeypatch: pytest.MonkeyPatch,
     register_agents: Callable[..., None],
