@@ -229,13 +229,13 @@ class BenchProcess(CeleryProcess):
 
 
 class PlainProcess(CeleryProcess):
-    """A worker of the plain baseline app (bench/plain_celery.py), prefork, on its own queue.
-    It logs only warnings, so it is ready once a warm-up chain went through."""
+    """A worker of the plain baseline app (bench/plain_celery.py), prefork unless told, on its
+    own queue. It logs only warnings, so it is ready once a warm-up chain went through."""
 
     def argv(self) -> list[str]:
         return [
             sys.executable, "-m", "celery", "-A", "plain_celery", "worker", "-n", self.nodename,
-            "--loglevel=WARNING", "--pool=prefork", f"--concurrency={self.concurrency}",
+            "--loglevel=WARNING", f"--pool={self.pool}", f"--concurrency={self.concurrency}",
             "-Q", plain_celery.QUEUE, "--without-mingle", "--without-gossip",
             "--without-heartbeat",
         ]  # fmt: skip
@@ -307,13 +307,24 @@ class Scratch:
         self.processes.append(process)
         return process.start(wait=wait)
 
-    def plain_worker(self, name: str = "plain", *, concurrency: int = 1) -> PlainProcess:
-        """The plain baseline's prefork worker, ready once a warm-up chain of 20 hops ran."""
+    def plain_worker(
+        self,
+        name: str = "plain",
+        *,
+        concurrency: int = 1,
+        pool: str = "prefork",
+        model_url: str | None = None,
+    ) -> PlainProcess:
+        """A plain baseline worker, ready once a warm-up chain of 20 hops ran; with
+        `model_url`, its model hops ask the Messages API there."""
+        env = {"PLAIN_DB_URL": plain_celery.libpq_url(self.db_url)}
+        if model_url:
+            env["PLAIN_MODEL_URL"] = model_url
         process = PlainProcess(
             name=name,
             log_path=self.log_dir / f"{name}.log",
-            env={"PLAIN_DB_URL": plain_celery.libpq_url(self.db_url)},
-            pool="prefork",
+            env=env,
+            pool=pool,
             concurrency=concurrency,
         )
         self.processes.append(process)
@@ -547,9 +558,9 @@ def hop_count(chain: str | None = None) -> int:
     return int(sql("SELECT count(*) FROM plain_hops WHERE chain = :chain", chain=chain)[0][0])
 
 
-def start_chain(chain: str, length: int) -> None:
-    """Send a baseline chain's first hop to the plain worker."""
-    plain_celery.start_chain(chain, length)
+def start_chain(chain: str, length: int, *, model: bool = False) -> None:
+    """Send a baseline chain's first hop (a model hop with `model`) to the plain workers."""
+    plain_celery.start_chain(chain, length, model=model)
 
 
 def run_chain(chain: str, length: int, *, timeout: float) -> list[float]:

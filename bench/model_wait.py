@@ -2,13 +2,17 @@
 local Messages API server, through the real anthropic SDK), on thread-pool workers.
 
 Wall time is compared with the ideal with unlimited concurrency (steps x latency: every run's
-steps back to back, all runs at once), with the ideal for the slots the workers have, and with
-running the same model calls one after another.
+steps back to back, all runs at once), with the ideal for the slots the workers have, with
+running the same model calls one after another, and with the plain Celery baseline measured
+first in the same run: the same number of chains of the same length, each hop one SDK call to
+the same server, one committed row and the send of the next hop (bench/plain_celery.py), on as
+many plain workers with as many slots. That baseline is the floor of Celery + the SDK here.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from datetime import datetime
 from typing import Any
 
@@ -30,22 +34,57 @@ def peak_in_flight(entries: list[dict[str, Any]], latency: float) -> int:
     return peak
 
 
+def plain_floor(bench: common.Scratch, args: Any, model_url: str) -> tuple[float, common.CpuMeter]:
+    """The plain baseline's wall time for `runs` chains of `steps` model hops, and its CPU."""
+    slots = args.processes * args.threads
+    common.log(f"starting {args.processes} plain worker(s), {args.pool} x{args.threads} each")
+    plain = [
+        bench.plain_worker(
+            f"plain{i + 1}", concurrency=args.threads, pool=args.pool, model_url=model_url
+        )
+        for i in range(args.processes)
+    ]
+    before = common.hop_count()
+    for i in range(slots):  # warm-up: every slot's first hop opens its connections
+        common.start_chain(f"warmup-model-{i}", 1, model=True)
+    common.wait_for_count(
+        lambda: common.hop_count() - before, slots, timeout=120, label="plain warm-up"
+    )
+    before = common.hop_count()
+    with common.CpuMeter(plain) as cpu:
+        started = time.monotonic()
+        for i in range(args.runs):
+            common.start_chain(f"model-{i}", args.steps, model=True)
+        wall = common.wait_for_count(
+            lambda: common.hop_count() - before,
+            args.runs * args.steps,
+            timeout=120 + args.runs * args.steps * args.latency,
+            label="plain chains",
+            started=started,
+        )
+    for process in plain:
+        process.stop()
+    return wall, cpu
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__)
     parser.add_argument("--runs", type=int, default=1000, help="runs (default 1000)")
     parser.add_argument("--steps", type=int, default=5, help="steps a run (default 5)")
     parser.add_argument("--latency", type=float, default=0.5, help="model seconds (0.5)")
     parser.add_argument("--processes", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--threads", type=int, default=100, help="threads a worker (100)")
+    parser.add_argument("--threads", type=int, default=100, help="slots a worker (100)")
+    parser.add_argument("--pool", default="threads", help="worker pool: threads or gevent")
     args = parser.parse_args(argv)
     slots = args.processes * args.threads
     calls = args.runs * args.steps
 
     with common.model_server(args.latency) as server:
         with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=server.url) as b:
+            plain_wall, plain_cpu = plain_floor(b, args, server.url)
             common.log(f"starting {args.processes} worker(s), threads x{args.threads} each")
             for i in range(args.processes):
-                b.worker(f"w{i + 1}", concurrency=args.threads)
+                b.worker(f"w{i + 1}", pool=args.pool, concurrency=args.threads)
             # Warm-up: every thread's first step opens its connections (database, model).
             common.create_runs(slots, 1, "warmup")
             common.wait_for_runs(slots, timeout=120, label="warm-up runs")
@@ -73,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         [
             ["measured", common.secs(wall), ""],
             [
+                "plain Celery + SDK floor (same chains, same slots, this run)",
+                common.secs(plain_wall),
+                common.times(wall / plain_wall),
+            ],
+            [
                 "ideal, unlimited concurrency (steps x latency)",
                 common.secs(unlimited),
                 common.times(wall / unlimited),
@@ -94,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         f"model requests: {requests} for {calls} steps; at most {peak} in flight at once",
         f"machine CPU during the run: {cpu.describe()}; {calls / wall:.0f} steps/s; "
         f"{cpu.per_task(calls)} of machine CPU a step",
-        f"worker CPU (user + system, pool children included): {cpu.worker_per_task(calls)} a step",
+        f"worker CPU (user + system, pool children included): {cpu.worker_per_task(calls)} a step"
+        f" vs {plain_cpu.worker_per_task(calls, 'plain workers')} a plain model hop",
+        f"plain floor: {calls / plain_wall:.0f} hops/s, machine {plain_cpu.describe()}, "
+        f"{plain_cpu.per_task(calls)} of machine CPU a hop",
         f"CPU by process, in cores: {cpu.breakdown()}",
         f"vs unlimited-concurrency ideal: {common.verdict(wall / unlimited, TARGET)}",
         f"vs ideal for {slots} slots: {common.verdict(wall / slot_bound, TARGET)}",

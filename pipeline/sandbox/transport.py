@@ -68,6 +68,9 @@ class LoopbackServer(ThreadingHTTPServer):
     network namespaces) that can cut its open connections on stop."""
 
     daemon_threads = True
+    # Hundreds of worker threads connect at once (bench/model_wait.py): the default backlog of 5
+    # resets the rest.
+    request_queue_size = 256
 
     def __init__(self, app: App, port: int = 0, host: str = "127.0.0.1") -> None:
         super().__init__((host, port), _RequestHandler)
