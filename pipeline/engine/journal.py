@@ -58,26 +58,31 @@ class Entry:
 
 
 class _SeenEntries:
-    """Per process: the journal entries already read, by run, so a long run's step reads only
-    what is new. Safe because a run's entries are only appended, one fenced transaction at a
-    time (so their ids grow in commit order)."""
+    """Per process: the journal entries already read, by run (in order, and by key), so a long
+    run's step reads only what is new and indexes only that. Safe because a run's entries are
+    only appended, one fenced transaction at a time (so their ids grow in commit order)."""
 
     def __init__(self, runs: int = 256) -> None:
         self._runs = runs
-        self._seen: OrderedDict[uuid.UUID, tuple[int, list[Entry]]] = OrderedDict()
+        self._seen: OrderedDict[uuid.UUID, tuple[int, list[Entry], dict[str, Entry]]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
-    def get(self, run_id: uuid.UUID) -> tuple[int, list[Entry]]:
+    def get(self, run_id: uuid.UUID) -> tuple[int, list[Entry], dict[str, Entry]]:
+        """(the last id read, the entries, the entries by key): copies the caller may extend."""
         with self._lock:
             seen = self._seen.get(run_id)
             if seen is None:
-                return 0, []
+                return 0, [], {}
             self._seen.move_to_end(run_id)
-            return seen[0], list(seen[1])
+            return seen[0], list(seen[1]), dict(seen[2])
 
-    def put(self, run_id: uuid.UUID, last_id: int, entries: list[Entry]) -> None:
+    def put(
+        self, run_id: uuid.UUID, last_id: int, entries: list[Entry], by_key: dict[str, Entry]
+    ) -> None:
         with self._lock:
-            self._seen[run_id] = (last_id, entries)
+            self._seen[run_id] = (last_id, list(entries), dict(by_key))
             self._seen.move_to_end(run_id)
             while len(self._seen) > self._runs:
                 self._seen.popitem(last=False)
@@ -116,21 +121,26 @@ _CONVERSATIONS = _Conversations()
 class Journal:
     """A run's journal as loaded at the start of a step, plus what this step adds."""
 
-    def __init__(self, run_id: uuid.UUID, entries: list[Entry]) -> None:
+    def __init__(
+        self, run_id: uuid.UUID, entries: list[Entry], by_key: dict[str, Entry] | None = None
+    ) -> None:
         self.run_id = run_id
         self.entries = entries
-        self._by_key = {e.key: e for e in entries}
+        self._by_key = by_key if by_key is not None else {e.key: e for e in entries}
         self._deferred: list[Entry] = []
 
     @classmethod
     def load_txn(cls, session: Session, run_id: uuid.UUID) -> Journal:
         """The run's journal; only entries this process has not seen yet are read."""
-        last_id, known = _CACHE.get(run_id)
+        last_id, entries, by_key = _CACHE.get(run_id)
         rows = session.execute(_NEWER, {"run_id": run_id, "last_id": last_id}).all()
-        entries = known + [Entry(r.key, r.step, r.step_name, r.payload) for r in rows]
+        for row in rows:
+            entry = Entry(row.key, row.step, row.step_name, row.payload)
+            entries.append(entry)
+            by_key[entry.key] = entry
         if rows:
-            _CACHE.put(run_id, rows[-1].id, entries)
-        return cls(run_id, list(entries))
+            _CACHE.put(run_id, rows[-1].id, entries, by_key)
+        return cls(run_id, entries, by_key)
 
     def replay(self, key: str, step_name: str) -> dict[str, Any] | None:
         """The journaled payload for `key` or None; another step name means the code changed."""

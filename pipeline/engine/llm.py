@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
 
@@ -113,7 +114,9 @@ def scripted_reply(agent: Agent, messages: list[Message], model: str) -> Reply:
         "stop_reason": "tool_use" if uses_tools else "end_turn",
         "usage": {
             "input_tokens": _estimate_tokens(agent.system, messages),
-            "output_tokens": _estimate_tokens("", [{"role": "assistant", "content": content}]),
+            "output_tokens": max(
+                1, len(json.dumps([{"role": "assistant", "content": content}])) // 4
+            ),
         },
     }
 
@@ -121,36 +124,57 @@ def scripted_reply(agent: Agent, messages: list[Message], model: str) -> Reply:
 def _estimate_tokens(system: str, messages: list[Message]) -> int:
     """About four characters a token, so budgets behave the same without a real model:
     len(json.dumps(messages)), added up from each message's own length ('[', ', ' between)."""
-    dumped = 2 + sum(_SIZES.of(message) for message in messages) + 2 * max(0, len(messages) - 1)
+    dumped = 2 + _SIZES.total(messages) + 2 * max(0, len(messages) - 1)
     return max(1, (len(system) + dumped) // 4)
 
 
-class _MessageSizes:
-    """Per process: len(json.dumps(message)) of the messages seen lately, by identity. A run's
-    conversation is rebuilt from the journal's cached entries, the same objects each step and
-    never changed, so a step measures only its new messages instead of the whole history."""
+@dataclass(frozen=True)
+class _Prefix:
+    message: Message
+    previous: Message | None
+    total: int
+    """len(json.dumps(m)) summed over the conversation up to and including `message`."""
+
+
+class _ConversationSizes:
+    """Per process: the summed json.dumps lengths of the conversations seen lately, by the
+    identity of their last message and the one before it. A run's conversation is rebuilt from
+    the journal's cached entries, the same objects each step and never changed, so a step
+    measures only its new messages instead of the whole history (flat cost at step 1,000)."""
 
     def __init__(self, kept: int = 8192) -> None:
         self._kept = kept
-        self._sizes: OrderedDict[int, tuple[Message, int]] = OrderedDict()
+        self._known: OrderedDict[int, _Prefix] = OrderedDict()
         self._lock = threading.Lock()
 
-    def of(self, message: Message) -> int:
+    def total(self, messages: list[Message]) -> int:
+        start, total = self._longest_known(messages)
+        found = []
+        for i in range(start, len(messages)):
+            total += len(json.dumps(messages[i]))
+            found.append(_Prefix(messages[i], messages[i - 1] if i else None, total))
         with self._lock:
-            known = self._sizes.get(id(message))
-            if known is not None and known[0] is message:
-                self._sizes.move_to_end(id(message))
-                return known[1]
-        size = len(json.dumps(message))
+            for prefix in found:
+                # The entry holds its message (and the one before), so neither id is reused
+                # while it is in here.
+                self._known[id(prefix.message)] = prefix
+            while len(self._known) > self._kept:
+                self._known.popitem(last=False)
+        return total
+
+    def _longest_known(self, messages: list[Message]) -> tuple[int, int]:
+        """(index of the first message not covered, total of those before it)."""
         with self._lock:
-            # The message is held, so its id cannot be reused while it is in here.
-            self._sizes[id(message)] = (message, size)
-            while len(self._sizes) > self._kept:
-                self._sizes.popitem(last=False)
-        return size
+            for i in range(len(messages) - 1, -1, -1):
+                known = self._known.get(id(messages[i]))
+                previous = messages[i - 1] if i else None
+                if known and known.message is messages[i] and known.previous is previous:
+                    self._known.move_to_end(id(messages[i]))
+                    return i + 1, known.total
+        return 0, 0
 
 
-_SIZES = _MessageSizes()
+_SIZES = _ConversationSizes()
 
 
 @cache

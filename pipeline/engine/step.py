@@ -13,7 +13,20 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
-from sqlalchemy import DateTime, bindparam, case, cast, func, literal, select, text, update
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Table,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    null,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -48,7 +61,7 @@ from pipeline.engine.limits import (
 )
 from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
-from pipeline.engine.usage import ADD_USAGE, Usage
+from pipeline.engine.usage import ADD_USAGE, USAGE_COLUMNS, Usage
 from pipeline.errors import (
     DatabaseUnavailable,
     LeaseLost,
@@ -162,7 +175,8 @@ class Loaded:
     limits: Limits
 
 
-_RUNS = Run.__table__.c
+_RUNS_TABLE: Table = Run.__table__  # type: ignore[assignment]
+_RUNS = _RUNS_TABLE.c
 
 # The run and what the first stop check reads, in one statement (built once, plain Core).
 _LOAD = (
@@ -182,6 +196,25 @@ _CHECKPOINT = text(
      WHERE id = :run_id AND fence = :fence
     RETURNING step
     """
+)
+
+
+# The finish, built once: the status change where the run may still make it, the step's
+# counters, and giving up the lease (after fenced()'s guard, which tells a lost lease apart
+# from a status that changed under the step).
+_FINISH = (
+    update(_RUNS_TABLE)
+    .where(_RUNS.id == bindparam("run_id"), _RUNS.status.in_(bindparam("sources", expanding=True)))
+    .values(
+        status=bindparam("status", type_=_RUNS.status.type),
+        stop_reason=bindparam("reason"),
+        result=bindparam("result", type_=_RUNS.result.type),
+        error=bindparam("error"),
+        step=_RUNS.step + bindparam("steps_done"),
+        finished_at=case((bindparam("terminal", type_=Boolean), func.now()), else_=null()),
+        **{name: _RUNS[name] + bindparam(name) for name in USAGE_COLUMNS},
+        **RELEASED,
+    )
 )
 
 
@@ -448,20 +481,18 @@ class StepRunner:
     ) -> StepResult:
         steps_done = 1 if reply is not None else 0
         with fenced(self.lease) as session:
-            changed = session.execute(
-                update(Run)
-                .where(Run.id == run.id, Run.status.in_(RunStatus.sources_of(status)))
-                .values(
-                    status=status,
-                    stop_reason=reason,
-                    result=result,
-                    error=error,
-                    step=Run.step + steps_done,
-                    **self.usage.increments(),
-                    finished_at=func.now() if status.is_terminal() else None,
-                    **RELEASED,
-                )
-            ).rowcount  # type: ignore[attr-defined]
+            values = {
+                "run_id": run.id,
+                "sources": RunStatus.sources_of(status),
+                "status": status,
+                "reason": reason,
+                "result": result,
+                "error": error,
+                "steps_done": steps_done,
+                "terminal": status.is_terminal(),
+                **self.usage.amounts(),
+            }
+            changed = session.execute(_FINISH, values).rowcount  # type: ignore[attr-defined]
             if changed and status.is_terminal():
                 settle_actions_of_ended_txn(session, Run.id == run.id, reason)
                 # The batch join, and the batch's own end, in the finish's transaction.

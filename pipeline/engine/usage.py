@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models import Run
 from pipeline.prices import PriceTable
 
 COUNTERS = (
@@ -17,7 +16,10 @@ COUNTERS = (
 """The Messages API's usage fields; input_tokens excludes what was written to or read from
 the prompt cache."""
 
-ADD_USAGE = ", ".join(f"{name} = {name} + :{name}" for name in (*COUNTERS, "cost_usd"))
+USAGE_COLUMNS = (*COUNTERS, "cost_usd")
+"""The run's columns a step's usage is added to (Usage.amounts() names them the same)."""
+
+ADD_USAGE = ", ".join(f"{name} = {name} + :{name}" for name in USAGE_COLUMNS)
 """SET clauses of a plain SQL UPDATE of runs adding a Usage's amounts() to its counters."""
 
 
@@ -53,15 +55,7 @@ class Usage:
 
     def amounts(self) -> dict[str, Any]:
         """The parameters of ADD_USAGE: this usage by counter name."""
-        return {name: getattr(self, name) for name in (*COUNTERS, "cost_usd")}
-
-    def increments(self) -> dict[str, Any]:
-        """`UPDATE runs SET ...` values that add this usage to the run's counters."""
-        values: dict[str, Any] = {
-            name: getattr(Run, name) + getattr(self, name) for name in COUNTERS
-        }
-        values["cost_usd"] = Run.cost_usd + self.cost_usd
-        return values
+        return {name: getattr(self, name) for name in USAGE_COLUMNS}
 
 
 def _count(value: object) -> int:
