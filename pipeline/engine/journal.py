@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import OrderedDict
@@ -43,6 +44,17 @@ _APPEND_FENCED = text(
     RETURNING id
     """
 ).bindparams(_PAYLOAD)
+
+DEFERRED_ENTRIES = """
+    INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
+    SELECT :run_id, e.key, e.step, e.step_name, CAST(e.payload AS jsonb), false
+      FROM unnest(CAST(:keys AS text[]), CAST(:steps AS integer[]),
+                  CAST(:step_names AS text[]), CAST(:payloads AS text[]))
+           AS e(key, step, step_name, payload)
+"""
+"""A CTE writing Journal.take_deferred()'s entries. It checks no fence itself: the statement
+it is part of must (a fenced UPDATE of the run that returns no row raises LeaseLost, which
+rolls the whole transaction back, entries included)."""
 
 MODEL_STEP = "ask_model"
 CUT_STEP = "cut_off"
@@ -185,17 +197,22 @@ class Journal:
         self._remember(key, step, step_name, payload)
 
     def defer(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
-        """Journal this entry in the step's checkpoint transaction (write_deferred_txn) instead
+        """Journal this entry in the step's checkpoint statement (take_deferred) instead
         of one of its own: the step's last write before the checkpoint."""
         self._deferred.append(Entry(key, step, step_name, payload))
         self._remember(key, step, step_name, payload)
 
-    def write_deferred_txn(self, session: Session, lease: Lease) -> None:
-        """The deferred entries, each checking the fence (the first locks the run's row)."""
+    def take_deferred(self) -> dict[str, list[Any]]:
+        """The deferred entries as the parameters of DEFERRED_ENTRIES (a CTE the checkpoint's
+        fenced UPDATE writes them in); they are then no longer deferred."""
         deferred, self._deferred = self._deferred, []
-        for entry in deferred:
-            values = {"key": entry.key, "step": entry.step, "step_name": entry.step_name}
-            fenced_first_txn(session, lease, _APPEND_FENCED, {**values, "payload": entry.payload})
+        return {
+            "keys": [e.key for e in deferred],
+            "steps": [e.step for e in deferred],
+            "step_names": [e.step_name for e in deferred],
+            # JSON as SQLAlchemy's JSON type writes it (json.dumps), cast to jsonb in SQL
+            "payloads": [json.dumps(e.payload) for e in deferred],
+        }
 
     def _remember(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
         entry = Entry(key, step, step_name, payload)

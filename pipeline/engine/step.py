@@ -186,10 +186,11 @@ _LOAD = (
 )
 
 
-# The checkpoint is one statement: the fence check, the step's counters and giving up the
-# lease (RELEASED) in the same UPDATE.
+# The checkpoint is one statement: the step's deferred journal entries (its last tool result),
+# the fence check, the step's counters and giving up the lease (RELEASED) in the same UPDATE.
 _CHECKPOINT = text(
     f"""
+    WITH entries AS ({jr.DEFERRED_ENTRIES})
     UPDATE runs
        SET step = step + 1, tool_calls = tool_calls + :tool_calls, {ADD_USAGE},
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
@@ -418,8 +419,11 @@ class StepRunner:
         """Commit the step, give up the lease and send the next step once that committed."""
         crash_point("before_checkpoint")
         with transaction() as session:
-            self.loaded.journal.write_deferred_txn(session, self.lease)  # the last tool result
-            values = {"tool_calls": tool_calls, **self.usage.amounts()}
+            values = {
+                "tool_calls": tool_calls,
+                **self.usage.amounts(),
+                **self.loaded.journal.take_deferred(),  # the last tool result
+            }
             fenced_first_txn(session, self.lease, _CHECKPOINT, values)
             after_commit(session, lambda: crash_point("after_checkpoint_before_enqueue"))
             self._send_next(session, run, run.step + 1)

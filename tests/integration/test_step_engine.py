@@ -126,11 +126,12 @@ def test_a_frozen_worker_cannot_write_after_another_took_over(
 
     # then, thawed, the frozen worker's writes are refused and change nothing
     first.signal(signal.SIGCONT)
-    wait_for(
-        lambda: "stopping without writing" in first.log(),
-        timeout=20,
-        what="the frozen worker to hit LeaseLost",
-    )
+    try:
+        wait_for(lambda: "stopping without writing" in first.log(), timeout=20, what="LeaseLost")
+    except TimeoutError:
+        raise AssertionError(
+            f"the thawed worker never hit LeaseLost:\n{first.log()[-4000:]}"
+        ) from None
     time.sleep(1)
     assert journal_keys(run_id) == keys_before_thaw
     final = run_row(run_id)
