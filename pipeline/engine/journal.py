@@ -47,14 +47,17 @@ _APPEND_FENCED = text(
 
 DEFERRED_ENTRIES = """
     INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
-    SELECT :run_id, e.key, e.step, e.step_name, CAST(e.payload AS jsonb), false
-      FROM unnest(CAST(:keys AS text[]), CAST(:steps AS integer[]),
-                  CAST(:step_names AS text[]), CAST(:payloads AS text[]))
-           AS e(key, step, step_name, payload)
+    SELECT runs.id, e.key, e.step, e.step_name, CAST(e.payload AS jsonb), false
+      FROM runs, unnest(CAST(:keys AS text[]), CAST(:steps AS integer[]),
+                        CAST(:step_names AS text[]), CAST(:payloads AS text[]))
+                 AS e(key, step, step_name, payload)
+     WHERE runs.id = :run_id AND runs.fence = :fence
 """
-"""A CTE writing Journal.take_deferred()'s entries. It checks no fence itself: the statement
-it is part of must (a fenced UPDATE of the run that returns no row raises LeaseLost, which
-rolls the whole transaction back, entries included)."""
+"""A CTE writing Journal.take_deferred()'s entries, for a fenced UPDATE of the run. Its own
+fence check reads the statement's snapshot: a step fenced out long ago inserts nothing (so a key
+the new holder journaled meanwhile is no unique violation). A takeover that commits while the
+statement runs is caught by the UPDATE, which then returns no row: LeaseLost rolls the whole
+transaction back, entries included."""
 
 MODEL_STEP = "ask_model"
 CUT_STEP = "cut_off"
