@@ -14,17 +14,11 @@ from functools import partial
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
     DateTime,
-    Table,
-    bindparam,
     case,
     cast,
     func,
     literal,
-    null,
-    select,
-    text,
     update,
 )
 from sqlalchemy.exc import DBAPIError
@@ -39,7 +33,6 @@ from pipeline.db import after_commit, transaction
 from pipeline.engine import journal as jr
 from pipeline.engine import stops
 from pipeline.engine.actions import ParkRun
-from pipeline.engine.budgets import RUN_AND_BATCH
 from pipeline.engine.leases import (
     RELEASED,
     Heartbeat,
@@ -50,7 +43,6 @@ from pipeline.engine.leases import (
     fenced_first_txn,
 )
 from pipeline.engine.limits import (
-    LIMITS_COLUMNS,
     Limits,
     alert_for,
     config_stop,
@@ -60,8 +52,9 @@ from pipeline.engine.limits import (
     warn_for,
 )
 from pipeline.engine.llm import Model, Reply, model_for
+from pipeline.engine.run_rows import CHECKPOINT, FINISH, LOAD
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
-from pipeline.engine.usage import ADD_USAGE, USAGE_COLUMNS, Usage
+from pipeline.engine.usage import Usage
 from pipeline.errors import (
     DatabaseUnavailable,
     LeaseLost,
@@ -175,52 +168,8 @@ class Loaded:
     limits: Limits
 
 
-_RUNS_TABLE: Table = Run.__table__  # type: ignore[assignment]
-_RUNS = _RUNS_TABLE.c
-
-# The run and what the first stop check reads, in one statement (built once, plain Core).
-_LOAD = (
-    select(_RUNS.agent, _RUNS.input, _RUNS.step, _RUNS.max_steps, _RUNS.state, *LIMITS_COLUMNS)
-    .select_from(RUN_AND_BATCH)
-    .where(_RUNS.id == bindparam("run_id"))
-)
-
-
-# The checkpoint is one statement: the step's deferred journal entries (its last tool result),
-# the fence check, the step's counters and giving up the lease (RELEASED) in the same UPDATE.
-_CHECKPOINT = text(
-    f"""
-    WITH entries AS ({jr.DEFERRED_ENTRIES})
-    UPDATE runs
-       SET step = step + 1, tool_calls = tool_calls + :tool_calls, {ADD_USAGE},
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-     WHERE id = :run_id AND fence = :fence
-    RETURNING step
-    """
-)
-
-
-# The finish, built once: the status change where the run may still make it, the step's
-# counters, and giving up the lease (after fenced()'s guard, which tells a lost lease apart
-# from a status that changed under the step).
-_FINISH = (
-    update(_RUNS_TABLE)
-    .where(_RUNS.id == bindparam("run_id"), _RUNS.status.in_(bindparam("sources", expanding=True)))
-    .values(
-        status=bindparam("status", type_=_RUNS.status.type),
-        stop_reason=bindparam("reason"),
-        result=bindparam("result", type_=_RUNS.result.type),
-        error=bindparam("error"),
-        step=_RUNS.step + bindparam("steps_done"),
-        finished_at=case((bindparam("terminal", type_=Boolean), func.now()), else_=null()),
-        **{name: _RUNS[name] + bindparam(name) for name in USAGE_COLUMNS},
-        **RELEASED,
-    )
-)
-
-
 def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded:
-    row = session.execute(_LOAD, {"run_id": run_id}).one()
+    row = session.execute(LOAD, {"run_id": run_id}).one()
     snapshot = RunSnapshot(
         id=run_id,
         agent=row.agent,
@@ -424,7 +373,7 @@ class StepRunner:
                 **self.usage.amounts(),
                 **self.loaded.journal.take_deferred(),  # the last tool result
             }
-            fenced_first_txn(session, self.lease, _CHECKPOINT, values)
+            fenced_first_txn(session, self.lease, CHECKPOINT, values)
             after_commit(session, lambda: crash_point("after_checkpoint_before_enqueue"))
             self._send_next(session, run, run.step + 1)
         log.info("checkpointed")
@@ -496,7 +445,7 @@ class StepRunner:
                 "terminal": status.is_terminal(),
                 **self.usage.amounts(),
             }
-            changed = session.execute(_FINISH, values).rowcount  # type: ignore[attr-defined]
+            changed = session.execute(FINISH, values).rowcount  # type: ignore[attr-defined]
             if changed and status.is_terminal():
                 settle_actions_of_ended_txn(session, Run.id == run.id, reason)
                 # The batch join, and the batch's own end, in the finish's transaction.
