@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import os
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -75,11 +78,36 @@ _RECORD_TAKEOVER = text(
     """
 )
 
-_RENEW = text(
+# Every lease this process holds, in one statement (unnest: one row per lease). A row that
+# another transaction has locked is skipped, not waited for: during an action's send the run's
+# row stays locked (engine/actions.py), and waiting for it would hold up the renewal of every
+# other lease in the process. `ours` (read without locking) tells such a busy lease, still this
+# holder's, from one that is gone.
+_RENEW_HELD = text(
     """
-    UPDATE runs
-       SET lease_expires_at = now() + make_interval(secs => :lease)
-     WHERE id = :run_id AND fence = :fence AND status = 'running' AND lease_owner = :owner
+    WITH held AS (
+        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[]),
+                             CAST(:owners AS text[]), CAST(:leases AS float8[]))
+                   AS held(id, fence, owner, lease)
+    ), ours AS (
+        SELECT runs.id, runs.fence FROM runs JOIN held
+            ON runs.id = held.id AND runs.fence = held.fence AND runs.lease_owner = held.owner
+         WHERE runs.status = 'running'
+    ), free AS MATERIALIZED (
+        SELECT runs.id, held.lease FROM runs JOIN held
+            ON runs.id = held.id AND runs.fence = held.fence AND runs.lease_owner = held.owner
+         WHERE runs.status = 'running'
+           FOR NO KEY UPDATE OF runs SKIP LOCKED
+    ), renewed AS (
+        UPDATE runs SET lease_expires_at = now() + make_interval(secs => free.lease)
+          FROM free
+         WHERE runs.id = free.id
+        RETURNING runs.id, runs.fence
+    )
+    SELECT id, fence, true AS renewed FROM renewed
+    UNION ALL
+    SELECT id, fence, false FROM ours
+     WHERE NOT EXISTS (SELECT 1 FROM renewed WHERE renewed.id = ours.id)
     """
 )
 
@@ -144,18 +172,35 @@ def claim(run_id: uuid.UUID, owner: str, lease_seconds: float) -> Lease | None:
 
 
 def renew(lease: Lease, lease_seconds: float) -> bool:
-    """Extend the lease; False means another worker has taken the run over."""
+    """Extend the lease; False means another worker has taken the run over, or its row is
+    locked right now (see renew_held)."""
+    renewed, _ = renew_held({lease: lease_seconds})
+    return lease in renewed
+
+
+def renew_held(leases: Mapping[Lease, float]) -> tuple[set[Lease], set[Lease]]:
+    """Extend each lease by its lease seconds, in one statement: (renewed, busy).
+
+    Busy leases are still their holder's but their run's row was locked by another transaction
+    (a send in flight, a write): not renewed this time. Every other lease is lost: taken over,
+    handed off or finished.
+    """
+    if not leases:
+        return set(), set()
+    by_key = {(lease.run_id, lease.fence): lease for lease in leases}
     with transaction() as session:
-        result = session.execute(
-            _RENEW,
+        rows = session.execute(
+            _RENEW_HELD,
             {
-                "run_id": lease.run_id,
-                "fence": lease.fence,
-                "owner": lease.owner,
-                "lease": lease_seconds,
+                "ids": [lease.run_id for lease in leases],
+                "fences": [lease.fence for lease in leases],
+                "owners": [lease.owner for lease in leases],
+                "leases": list(leases.values()),
             },
-        )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        ).all()
+    renewed = {by_key[(row.id, row.fence)] for row in rows if row.renewed}
+    busy = {by_key[(row.id, row.fence)] for row in rows if not row.renewed}
+    return renewed, busy
 
 
 def guard_txn(session: Session, lease: Lease) -> None:
@@ -189,7 +234,8 @@ def fenced(lease: Lease) -> Iterator[Session]:
 
 
 class Heartbeat:
-    """Renews a lease every `interval` seconds in a background thread while a step works.
+    """Keeps a lease renewed while a step works: entering hands it to this process's renewer,
+    leaving takes it back.
 
     The step calls `check()` before each model call, tool call and write: once a renewal has
     matched no row, the lease is gone and the step must stop before writing anything.
@@ -197,30 +243,22 @@ class Heartbeat:
 
     def __init__(self, lease: Lease, lease_seconds: float, interval: float) -> None:
         self.lease = lease
-        self._lease_seconds = lease_seconds
-        self._interval = interval
-        self._stop = threading.Event()
+        self.lease_seconds = lease_seconds
+        self.interval = interval
         self._lost = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{lease.run_id}", daemon=True
-        )
+        self._renewer: _Renewer | None = None
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        self._renewer = _process_renewer()
+        self._renewer.hold(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self._interval + 5)
+        if self._renewer is not None:
+            self._renewer.release(self)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if not renew(self.lease, self._lease_seconds):
-                    self._lost.set()
-                    return
-            except Exception:  # the database is briefly away: keep trying until the lease lapses
-                log.warning("run %s: lease renewal failed, will retry", self.lease.run_id)
+    def _mark_lost(self) -> None:  # by the renewer
+        self._lost.set()
 
     @property
     def lost(self) -> bool:
@@ -229,3 +267,119 @@ class Heartbeat:
     def check(self) -> None:
         if self._lost.is_set():
             raise LeaseLost(f"run {self.lease.run_id}: lease lost (fence {self.lease.fence})")
+
+
+SLOTS_PER_INTERVAL = 4
+"""Renewals fall on a grid of a quarter interval: the leases that come due within the same
+quarter are renewed by one statement, never early and at most a quarter interval late (a
+process's leases then take at most four statements an interval, however many there are)."""
+
+
+def _slot(at: float, interval: float) -> float:
+    """The first grid point at or after `at` (time.monotonic())."""
+    step = interval / SLOTS_PER_INTERVAL
+    return math.ceil(at / step - 1e-9) * step
+
+
+class _Renewer:
+    """One thread a process renewing every lease its steps hold: a thread and a transaction per
+    step cost more CPU than the step's own work when steps are short and many run at once.
+
+    A lease is first renewed one interval after it was handed over, then every interval; a
+    database error is logged and the renewal retried an interval later (the lease lapses if
+    none succeeds); a renewal that finds the lease gone marks its heartbeat lost.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._changed = threading.Condition()
+        self._due: dict[Heartbeat, float] = {}
+        """Each held heartbeat, and when its next renewal is due (time.monotonic())."""
+        self._wakes_at = math.inf
+        """When the thread next wakes by itself; -inf while it is renewing (it looks again)."""
+        self._thread: threading.Thread | None = None
+
+    def hold(self, heartbeat: Heartbeat) -> None:
+        due = _slot(time.monotonic() + heartbeat.interval, heartbeat.interval)
+        with self._changed:
+            self._due[heartbeat] = due
+            if self._thread is None or not self._thread.is_alive():  # first use, or it died
+                self._thread = threading.Thread(
+                    target=self._serve, name="lease-renewer", daemon=True
+                )
+                self._thread.start()
+            elif due < self._wakes_at:  # else it wakes in time anyway: no wake-up per step
+                self._changed.notify()
+
+    def release(self, heartbeat: Heartbeat) -> None:
+        # The thread is not woken: at its next wake it finds one lease fewer.
+        with self._changed:
+            self._due.pop(heartbeat, None)
+
+    def _serve(self) -> None:
+        while True:
+            due = self._wait_for_due()
+            self._settle(due, self._renew(due))
+
+    def _wait_for_due(self) -> list[Heartbeat]:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                due = [heartbeat for heartbeat, at in self._due.items() if at <= now]
+                if due:
+                    self._wakes_at = -math.inf
+                    return due
+                self._wakes_at = min(self._due.values(), default=math.inf)
+                self._changed.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
+
+    def _renew(self, due: list[Heartbeat]) -> tuple[set[Lease], set[Lease]] | None:
+        leases: dict[Lease, float] = {}
+        for heartbeat in due:
+            leases[heartbeat.lease] = max(leases.get(heartbeat.lease, 0), heartbeat.lease_seconds)
+        try:
+            return renew_held(leases)
+        except Exception as exc:  # the database is briefly away: keep trying until leases lapse
+            runs = ", ".join(str(lease.run_id) for lease in leases)
+            log.warning("lease renewal failed, will retry (runs %s): %s", runs, exc)
+            return None
+
+    def _settle(self, due: list[Heartbeat], outcome: tuple[set[Lease], set[Lease]] | None) -> None:
+        now = time.monotonic()
+        with self._changed:
+            for heartbeat in due:
+                at = self._due.get(heartbeat)
+                if at is None:  # its step ended meanwhile
+                    continue
+                interval = heartbeat.interval
+                if outcome is None or heartbeat.lease in outcome[0]:
+                    self._due[heartbeat] = _slot(max(at + interval, now), interval)
+                elif heartbeat.lease in outcome[1]:  # its row was locked: try again soon
+                    self._due[heartbeat] = _slot(
+                        max(at + interval / SLOTS_PER_INTERVAL, now), interval
+                    )
+                else:
+                    heartbeat._mark_lost()
+                    del self._due[heartbeat]
+
+
+_renewer: _Renewer | None = None
+_renewer_lock = threading.Lock()
+
+
+def _process_renewer() -> _Renewer:
+    """This process's renewer. A forked child (a prefork pool child) makes its own: the
+    parent's thread does not run in it, and the parent's leases are not the child's."""
+    global _renewer
+    with _renewer_lock:
+        if _renewer is None or _renewer.pid != os.getpid():
+            _renewer = _Renewer()
+        return _renewer
+
+
+def _fresh_lock_after_fork() -> None:
+    # Another thread may have held the lock when the process forked: it would stay held.
+    global _renewer_lock
+    _renewer_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_after_fork)
