@@ -1,18 +1,20 @@
 """A step's time bound, enforced by the engine in every pool: Celery's time limits hold only in
 the prefork pool, and a thread cannot be killed.
 
-The step runs in a thread of its own while the task's thread waits for it. At its first model
-or tool call past the bound the step stops itself (StepTimeUp); a step stuck inside a call (a
-tool that hangs) is given up by the waiting thread a moment later. Either way the run is taken
-from it: the fence is bumped (every later write of the abandoned work is refused), the lease
-cleared and the step sent again once that committed; the task returns, so Celery acknowledges
-its message long before the visibility timeout and Redis never delivers it again. The next
-attempt replays what the journal holds and redoes the rest through the action protocol.
+The step runs in a thread beside the task's thread (its step runner, kept from step to step)
+while the task's thread waits for it. At its first model or tool call past the bound the step
+stops itself (StepTimeUp); a step stuck inside a call (a tool that hangs) is given up by the
+waiting thread a moment later. Either way the run is taken from it: the fence is bumped (every
+later write of the abandoned work is refused), the lease cleared and the step sent again once
+that committed; the task returns, so Celery acknowledges its message long before the
+visibility timeout and Redis never delivers it again. The next attempt replays what the
+journal holds and redoes the rest through the action protocol.
 """
 
 from __future__ import annotations
 
 import contextvars
+import queue
 import threading
 import time
 import uuid
@@ -75,31 +77,83 @@ def execute_bounded_step(
 
 
 def run_bounded(work: Callable[[], T], seconds: float) -> T:
-    """`work()` in a thread of its own: its result or exception, or Stuck after `seconds`
-    (the thread is then left to run: it is daemonic and, once fenced out, harmless)."""
-    outcome: list[tuple[bool, object]] = []
-    abandoned = threading.Event()
-    context = contextvars.copy_context()  # log lines keep their run and step
-
-    def target() -> None:
-        try:
-            outcome.append((True, context.run(work)))
-        except BaseException as exc:  # re-raised in the waiting thread, whatever it was
-            outcome.append((False, exc))
-        if abandoned.is_set():
-            log.warning("the abandoned work of an overrun step ended: %r", outcome[0][1])
-
-    worker = threading.Thread(target=target, name=f"{threading.current_thread().name}-step")
-    worker.daemon = True
-    worker.start()
-    worker.join(max(0.0, seconds))
-    if not outcome:
-        abandoned.set()
+    """`work()` in this thread's step runner: its result or exception, or Stuck after `seconds`
+    (the runner is then left to finish the work: it is daemonic and, once fenced out, harmless;
+    this thread's next call gets a new runner)."""
+    runner = getattr(_runners, "runner", None)
+    if runner is None or not runner.is_alive():  # first call, or a fork left it behind
+        runner = _runners.runner = _StepRunner(threading.current_thread())
+    item = _Work(work, contextvars.copy_context())  # log lines keep their run and step
+    runner.inbox.put(item)
+    if not item.done.wait(max(0.0, seconds)) and item.abandon():
+        _runners.runner = None
         raise Stuck(f"no return within {seconds:.0f}s")
-    returned, value = outcome[0]
-    if not returned:
-        raise value  # type: ignore[misc]
-    return value  # type: ignore[return-value]
+    if not item.returned:
+        raise item.value  # type: ignore[misc]
+    return item.value  # type: ignore[return-value]
+
+
+_runners = threading.local()
+"""Each calling thread's (a Celery pool thread's) step runner."""
+
+
+class _Work:
+    """One call of `run_bounded`, as the runner sees it."""
+
+    def __init__(self, work: Callable[[], object], context: contextvars.Context) -> None:
+        self.work = work
+        self.context = context
+        self.done = threading.Event()
+        self.returned = False
+        self.value: object = None
+        self._lock = threading.Lock()
+        self._abandoned = False
+
+    def run(self) -> bool:
+        """Do the work; True when its caller had given up on it meanwhile."""
+        try:
+            self.value, self.returned = self.context.run(self.work), True
+        except BaseException as exc:  # re-raised in the waiting thread, whatever it was
+            self.value = exc
+        with self._lock:
+            self.done.set()
+            return self._abandoned
+
+    def abandon(self) -> bool:
+        """Give up waiting; False if the work ended just now (its outcome is then used)."""
+        with self._lock:
+            self._abandoned = not self.done.is_set()
+            return self._abandoned
+
+
+class _StepRunner:
+    """A long-lived thread beside one calling thread that runs its steps: starting and ending a
+    thread for every step cost a few percent of a short step's CPU. It serves one piece of
+    work at a time, and ends once abandoned (its work overran) or once its caller is gone."""
+
+    IDLE_CHECK_SECONDS = 60.0
+
+    def __init__(self, caller: threading.Thread) -> None:
+        self.inbox: queue.SimpleQueue[_Work] = queue.SimpleQueue()
+        self._caller = caller
+        self._thread = threading.Thread(target=self._serve, name=f"{caller.name}-step", daemon=True)
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                item = self.inbox.get(timeout=self.IDLE_CHECK_SECONDS)
+            except queue.Empty:
+                if self._caller.is_alive():
+                    continue
+                return  # the pool thread it served has ended: nobody will hand it work
+            if item.run():
+                log.warning("the abandoned work of an overrun step ended: %r", item.value)
+                return
+            del item  # an idle runner keeps no step's result (or traceback) alive
 
 
 def give_up(run_id: uuid.UUID, owner: str, lease_seconds: float) -> bool:
