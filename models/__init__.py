@@ -2,7 +2,7 @@
 
 from models.action import Action, ActionAudit
 from models.artifact import Artifact
-from models.base import Base
+from models.base import Base, table_of
 from models.batch import Alert, Batch
 from models.credential import ApiToken
 from models.journal import JournalEntry
@@ -37,5 +37,6 @@ __all__ = [
     "ScheduleFire",
     "WebhookDelivery",
     "WorkerHeartbeat",
+    "table_of",
     "tokens_used",
 ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, DateTime, Enum, MetaData, func
+from sqlalchemy import JSON, DateTime, Enum, MetaData, Table, func
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -28,6 +28,12 @@ class Base(DeclarativeBase):
         list[Any]: JsonB,
         datetime: DateTime(timezone=True),
     }
+
+
+def table_of(model: type[Base]) -> Table:
+    """A mapped class's Table, typed as one (`__table__` is typed as any FromClause): for Core
+    statements built once on the hot path."""
+    return cast(Table, model.__table__)
 
 
 def status_column(enum: type[StrEnum], name: str) -> Enum:

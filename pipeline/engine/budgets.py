@@ -231,7 +231,7 @@ def _stop_batches_txn(
         )
         .returning(Run.id)
     ).all()
-    settle_actions_of_ended_txn(session, Run.id.in_(parked), reason)
+    settle_actions_of_ended_txn(session, parked, reason)
 
 
 def raise_alert_txn(session: Session, kind: str, subject: str, message: str) -> NewAlert | None:

@@ -3,16 +3,16 @@ SQL: the ORM's per-call statement building was a third of a step's CPU, issue 14
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Table, bindparam, case, func, null, select, text, update
+from sqlalchemy import Boolean, bindparam, case, func, null, select, text, update
 
-from models import Run
+from models import Run, table_of
 from pipeline.engine.budgets import RUN_AND_BATCH
 from pipeline.engine.journal import DEFERRED_ENTRIES
 from pipeline.engine.leases import RELEASED
 from pipeline.engine.limits import LIMITS_COLUMNS
 from pipeline.engine.usage import ADD_USAGE, USAGE_COLUMNS
 
-_RUNS_TABLE: Table = Run.__table__  # type: ignore[assignment]
+_RUNS_TABLE = table_of(Run)
 _RUNS = _RUNS_TABLE.c
 
 # The run and what the first stop check reads, in one statement (built once, plain Core).

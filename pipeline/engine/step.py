@@ -417,7 +417,7 @@ class StepRunner:
                 .returning(Run.status)
             ).scalar_one_or_none()
             if parked is RunStatus.CANCELLED:
-                settle_actions_of_ended_txn(session, Run.id == run.id, "cancelled")
+                settle_actions_of_ended_txn(session, [run.id], "cancelled")
             notify.dispatch_new_txn(session)  # a wait for a person may be worth telling
         log.info("parked: %s on %s", parked or park.status, park.waiting_on)
         return StepResult(Outcome.STOPPED, run.id)
@@ -447,7 +447,7 @@ class StepRunner:
             }
             changed = session.execute(FINISH, values).rowcount  # type: ignore[attr-defined]
             if changed and status.is_terminal():
-                settle_actions_of_ended_txn(session, Run.id == run.id, reason)
+                settle_actions_of_ended_txn(session, [run.id], reason)
                 # The batch join, and the batch's own end, in the finish's transaction.
                 fanout.synthesis_finished_txn(session, run.id, status)
                 if run.batch_id:

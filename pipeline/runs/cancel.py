@@ -49,7 +49,7 @@ def cancel_run_txn(
     session.execute(
         update(Run).where(Run.id == run_id, Run.cancel_requested.is_(False)).values(**values)
     )
-    settle_actions_of_ended_txn(session, Run.id == run_id, reason)
+    settle_actions_of_ended_txn(session, [run_id], reason)
     dispatch_new_txn(session)
     new = RunStatus.CANCELLED if status.is_parked() else status
     log.info("run %s: cancel requested by %s (%s)", run_id, by, new)

@@ -44,7 +44,7 @@ def expire_parked_txn(session: Session, limit: int) -> list[uuid.UUID]:
     if not expired:
         return []
     ids = [row.id for row in expired]
-    settle_actions_of_ended_txn(session, Run.id.in_(ids), REASON)
+    settle_actions_of_ended_txn(session, ids, REASON)
     for run_id in ids:  # a batch's synthesis ends its batch
         fanout.synthesis_finished_txn(session, run_id, RunStatus.FAILED)
     for batch_id in sorted({row.batch_id for row in expired if row.batch_id}):

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from models import Batch, BatchStatus, Run, RunStatus
+from models import Batch, BatchStatus, Run, RunStatus, table_of
 from pipeline.agent import BatchPlan
 from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
@@ -131,14 +131,23 @@ def _child_outcomes(session: Session, batch_id: str) -> list[dict[str, Any]]:
     ]
 
 
+_BATCHES = Batch.__table__.c
+
+# Built once (plain Core): the finish of every run runs it, most often matching no batch.
+_SYNTHESIS_FINISHED = (
+    update(table_of(Batch))
+    .where(
+        _BATCHES.synthesis_run_id == bindparam("run_id"),
+        _BATCHES.status == BatchStatus.SYNTHESIZING,
+    )
+    .values(status=bindparam("final", type_=_BATCHES.status.type), finished_at=func.now())
+)
+
+
 def synthesis_finished_txn(session: Session, run_id: uuid.UUID, status: RunStatus) -> None:
     """The batch ends with its synthesis."""
     final = BatchStatus.SUCCEEDED if status is RunStatus.SUCCEEDED else BatchStatus.FAILED
-    session.execute(
-        update(Batch)
-        .where(Batch.synthesis_run_id == run_id, Batch.status == BatchStatus.SYNTHESIZING)
-        .values(status=final, finished_at=func.now())
-    )
+    session.execute(_SYNTHESIS_FINISHED, {"run_id": run_id, "final": final})
 
 
 def ready_batches_txn(session: Session) -> list[uuid.UUID]:

@@ -7,10 +7,13 @@ next run that means the action, afresh; no key stays held by a run that will nev
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
+import uuid
+from collections.abc import Collection
+
+from sqlalchemy import and_, bindparam, case, exists, func, or_, update
 from sqlalchemy.orm import Session
 
-from models import Action, ActionAudit, ActionState, Run, RunStatus
+from models import Action, ActionAudit, ActionState, Run, RunStatus, table_of
 from pipeline.logs import get_logger
 
 log = get_logger("nightshift.obligations")
@@ -19,34 +22,48 @@ NIGHTSHIFT = "nightshift"
 """Who the audit trail says withdrew or released an action of a run that ended."""
 
 
-def settle_actions_of_ended_txn(session: Session, which: ColumnElement[bool], reason: str) -> int:
-    """Settle the unfinished actions of the runs matching `which` that have ended; how many."""
-    ended = select(Run.id).where(which, Run.status.in_(RunStatus.terminal())).scalar_subquery()
-    # Something may have gone out: an attempt with no saved reply, or a resend decided after
-    # an unknown outcome. A person (or the service, asked by the next run) must say.
-    maybe_sent = or_(
-        Action.state == ActionState.ATTEMPTED,
-        and_(Action.state == ActionState.INTENDED, Action.attempts > 0),
+_ACTIONS = Action.__table__.c
+_RUNS = Run.__table__.c
+
+# Built once (plain Core): the finish of every run runs it (issue 14). Something may have gone
+# out of an action that was attempted with no saved reply, or whose resend was decided after an
+# unknown outcome: a person (or the service, asked by the next run) must say.
+_SETTLE = (
+    update(table_of(Action))
+    .where(
+        _ACTIONS.run_id.in_(bindparam("run_ids", expanding=True)),
+        _ACTIONS.state.in_(
+            (ActionState.PENDING_APPROVAL, ActionState.INTENDED, ActionState.ATTEMPTED)
+        ),
+        exists().where(_RUNS.id == _ACTIONS.run_id, _RUNS.status.in_(RunStatus.terminal())),
     )
-    rows = session.execute(
-        update(Action)
-        .where(
-            Action.run_id.in_(ended),
-            Action.state.in_(
-                (ActionState.PENDING_APPROVAL, ActionState.INTENDED, ActionState.ATTEMPTED)
+    .values(
+        state=case(
+            (_ACTIONS.state == ActionState.PENDING_APPROVAL, ActionState.WITHDRAWN.value),
+            (
+                or_(
+                    _ACTIONS.state == ActionState.ATTEMPTED,
+                    and_(_ACTIONS.state == ActionState.INTENDED, _ACTIONS.attempts > 0),
+                ),
+                ActionState.OUTCOME_UNKNOWN.value,
             ),
-        )
-        .values(
-            state=case(
-                (Action.state == ActionState.PENDING_APPROVAL, ActionState.WITHDRAWN.value),
-                (maybe_sent, ActionState.OUTCOME_UNKNOWN.value),
-                else_=ActionState.RELEASED.value,
-            ),
-            resolution=reason,
-            updated_at=func.now(),
-        )
-        .returning(Action.idempotency_key, Action.run_id, Action.state, Action.args_hash)
-    ).all()
+            else_=ActionState.RELEASED.value,
+        ),
+        resolution=bindparam("reason"),
+        updated_at=func.now(),
+    )
+    .returning(_ACTIONS.idempotency_key, _ACTIONS.run_id, _ACTIONS.state, _ACTIONS.args_hash)
+)
+
+
+def settle_actions_of_ended_txn(
+    session: Session, run_ids: Collection[uuid.UUID], reason: str
+) -> int:
+    """Settle the unfinished actions of those of `run_ids` that have ended; how many."""
+    if not run_ids:
+        return 0
+    params = {"run_ids": list(run_ids), "reason": reason}
+    rows = session.execute(_SETTLE, params).all()
     via = f"the run ended ({reason})"[:200]
     for key, run_id, state, args_hash in rows:
         event = "withdrawn" if state is ActionState.WITHDRAWN else "run_ended"
