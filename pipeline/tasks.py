@@ -48,6 +48,11 @@ def _size_pools(sender: Any, **_: Any) -> None:
     `--concurrency`: a pool smaller than the slots opens and closes a connection per burst."""
     if isinstance(sender.concurrency, int):  # "auto" is resolved later: keep the settings'
         size_pools_for(sender.concurrency)
+
+
+@worker_ready.connect
+def _say_pool_size(**_: Any) -> None:
+    # Not at worker_init: Celery sets its logging up after that.
     log.info("database pool: %d connections kept", pool_size(get_settings()))
 
 
