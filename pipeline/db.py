@@ -18,8 +18,6 @@ from pipeline.settings import Settings, get_settings
 
 _lock = Lock()
 _engines: dict[tuple[int, str], Engine] = {}
-_slots: list[int] = []
-"""The slots this worker really runs (size_pools_for), when it said."""
 _factories: dict[Engine, sessionmaker[Session]] = {}
 _embedded_urls: dict[str, str] = {}
 _started_here: list[str] = []
@@ -64,18 +62,6 @@ def broker_url(settings: Settings | None = None) -> str:
     return settings.broker_url or _embedded(settings)["redis"]
 
 
-def size_pools_for(slots: int) -> None:
-    """This worker runs `slots` steps at once (`celery worker --concurrency`, which may differ
-    from NIGHTSHIFT_WORKER_CONCURRENCY): engines made from now on keep that many connections."""
-    _slots[:] = [slots]
-
-
-def pool_size(settings: Settings) -> int:
-    """Connections an engine keeps: one a slot, and a few for the lease renewer, the presence
-    heartbeat and the after-commit sends' reads."""
-    return (_slots[0] if _slots else settings.worker_concurrency) + 4
-
-
 def get_engine(url: str | None = None) -> Engine:
     """One engine (and connection pool) per process and URL; a forked child gets its own."""
     url = url or database_url()
@@ -86,7 +72,7 @@ def get_engine(url: str | None = None) -> Engine:
             # Sized for the worker's threads: overflow connections are opened and closed on
             # every burst, which costs more than keeping them.
             settings = get_settings()
-            size = pool_size(settings)
+            size = settings.worker_concurrency + 4
             engine = create_engine(
                 url,
                 pool_size=size,

@@ -13,7 +13,6 @@ from celery.exceptions import Reject
 from celery.signals import worker_init, worker_ready, worker_shutdown
 
 from pipeline.app import app, send_step
-from pipeline.db import pool_size, size_pools_for
 from pipeline.engine.holders import holder_here
 from pipeline.engine.notify import deliver
 from pipeline.engine.step import Outcome
@@ -40,20 +39,6 @@ def _load_agents(**_: Any) -> None:
     """A worker with a broken agent registration stops at start, saying which and why."""
     names = sorted(registry().agents)
     log.info("agents registered on this worker: %s", ", ".join(names) or "none")
-
-
-@worker_init.connect
-def _size_pools(sender: Any, **_: Any) -> None:
-    """One database connection a slot, whether the slots came from the settings or from
-    `--concurrency`: a pool smaller than the slots opens and closes a connection per burst."""
-    if isinstance(sender.concurrency, int):  # "auto" is resolved later: keep the settings'
-        size_pools_for(sender.concurrency)
-
-
-@worker_ready.connect
-def _say_pool_size(**_: Any) -> None:
-    # Not at worker_init: Celery sets its logging up after that.
-    log.info("database pool: %d connections kept", pool_size(get_settings()))
 
 
 _presence: list[workers.Presence] = []
