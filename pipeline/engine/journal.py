@@ -136,12 +136,10 @@ _CONVERSATIONS = _Conversations()
 class Journal:
     """A run's journal as loaded at the start of a step, plus what this step adds."""
 
-    def __init__(
-        self, run_id: uuid.UUID, entries: list[Entry], by_key: dict[str, Entry] | None = None
-    ) -> None:
+    def __init__(self, run_id: uuid.UUID, entries: list[Entry], by_key: dict[str, Entry]) -> None:
         self.run_id = run_id
         self.entries = entries
-        self._by_key = by_key if by_key is not None else {e.key: e for e in entries}
+        self._by_key = by_key
         self._deferred: list[Entry] = []
 
     @classmethod
