@@ -1,7 +1,7 @@
 """What beat fires, in an ops team's words. Beat is the clock; Postgres decides what really runs.
 
 SCHEDULES are the shipped jobs; operators add to or override them with the JSON file named by
-NIGHTSHIFT_SCHEDULES_FILE (format: pipeline/schedules.py). Beat itself sends only the
+NIGHTSHIFT_SCHEDULES_FILE (format: pipeline/runs/schedule_list.py). Beat itself sends only the
 runtime's messages: the tick, and the schedule check, which works out from the schedule list
 and the recorded fires in Postgres which slots are due. Beat's own state file decides nothing.
 Policies and DST rules: docs/schedules.md.
@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 from celery.schedules import crontab
 
-from pipeline.settings import get_settings
+from pipeline.settings import Settings
 from pipeline.slots import Missed, Overlap, Schedule
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -62,28 +62,32 @@ SCHEDULES: tuple[Schedule, ...] = (
     ),
 )
 
-_tick = get_settings().tick_seconds
-# How often the schedule check runs: a slot starts at most this long after its time.
-_check = get_settings().schedule_check_seconds
 
-beat_schedule: dict[str, dict[str, Any]] = {
-    # The runtime's own heartbeat: resume runs that lost their worker, wake due timers.
-    "nightshift-tick": {
-        "task": "pipeline.tick",
-        "schedule": timedelta(seconds=_tick),
-        "options": {"expires": _tick * 2},
-    },
-    # Every schedule in SCHEDULES (and the schedules file): fire due slots once each, apply
-    # the missed and overlap policies, start buffered slots whose predecessor finished.
-    # Retention: compact finished runs older than NIGHTSHIFT_RETENTION_DAYS, at 04:30 UTC.
-    "nightshift-cleanup": {
-        "task": "pipeline.cleanup",
-        "schedule": crontab(minute="30", hour="4"),
-        "options": {"expires": 3600},
-    },
-    "nightshift-schedules": {
-        "task": "pipeline.fire_schedules",
-        "schedule": timedelta(seconds=_check),
-        "options": {"expires": _check * 2},
-    },
-}
+def beat_entries(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Beat's entries; its intervals come from the settings (read when Celery configures
+    itself, not at import)."""
+    tick = settings.tick_seconds
+    # How often the schedule check runs: a slot starts at most this long after its time.
+    check = settings.schedule_check_seconds
+    return {
+        # The runtime's own heartbeat: resume runs that lost their worker, wake due timers.
+        "nightshift-tick": {
+            "task": "pipeline.tick",
+            "schedule": timedelta(seconds=tick),
+            "options": {"expires": tick * 2},
+        },
+        # Retention at 04:30 UTC: redact finished runs older than NIGHTSHIFT_RETENTION_DAYS,
+        # delete compact records older than NIGHTSHIFT_RETENTION_DELETE_DAYS.
+        "nightshift-cleanup": {
+            "task": "pipeline.cleanup",
+            "schedule": crontab(minute="30", hour="4"),
+            "options": {"expires": 3600},
+        },
+        # Every schedule in SCHEDULES (and the schedules file): fire due slots once each, apply
+        # the missed and overlap policies, start buffered slots whose predecessor finished.
+        "nightshift-schedules": {
+            "task": "pipeline.fire_schedules",
+            "schedule": timedelta(seconds=check),
+            "options": {"expires": check * 2},
+        },
+    }

@@ -2,12 +2,14 @@
 
     python bench/cpu_profile.py alone --steps 2000          # one long run, one worker
     python bench/cpu_profile.py load --runs 1000 --steps 5  # model_wait's load, 2 workers
+    python bench/cpu_profile.py load --in-process           # batch_throughput's load
 
 `alone` runs one run of N steps (scripted model) through one worker; `load` runs R runs x S
-steps on a model that takes L seconds (the local Messages API server, the real SDK) through
-P workers. py-spy samples the workers (`--gil`: only the thread holding the GIL, i.e. the
-Python work that bounds a process; `--all` samples every running thread instead) while the
-measured runs go through, and the samples are scaled to the workers' measured CPU a step.
+steps on a model that takes L seconds (the local Messages API server, the real SDK; or, with
+--in-process, the scripted model sleeping L seconds in the worker) through P workers. py-spy
+samples the workers (`--gil`: only the thread holding the GIL, i.e. the Python work that
+bounds a process; `--all` samples every running thread instead) while the measured runs go
+through, and the samples are scaled to the workers' measured CPU a step.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import common
+import cpu_use
+import output
+import records
+import scratch
 
 NAME = "cpu_profile"
 REDIS_DB = 8
@@ -92,19 +97,19 @@ def report(raws: list[Path], cpu_ms: float, top: int) -> list[list[str]]:
         by_category[category(frames, compiled)] += count
         by_function[short(frames[-1]) if frames else "?"] += count
     rows = [
-        [label, f"{n / total:.1%}", common.ms(cpu_ms / 1000 * n / total)]
+        [label, f"{n / total:.1%}", output.ms(cpu_ms / 1000 * n / total)]
         for label, n in by_category.most_common()
     ]
-    common.print_table(
+    output.print_table(
         f"CPU by library ({total} samples, scaled to {cpu_ms:.2f} ms of worker CPU a step)",
         ["where", "share", "per step"],
         rows,
     )
-    common.print_table(
+    output.print_table(
         f"top {top} functions by own time",
         ["function", "share", "per step"],
         [
-            [name[:100], f"{n / total:.1%}", common.ms(cpu_ms / 1000 * n / total)]
+            [name[:100], f"{n / total:.1%}", output.ms(cpu_ms / 1000 * n / total)]
             for name, n in by_function.most_common(top)
         ],
     )
@@ -130,11 +135,17 @@ def stop(spies: list[subprocess.Popen[bytes]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(__doc__)
+    parser = output.parser(__doc__)
     parser.add_argument("mode", choices=["alone", "load"])
     parser.add_argument("--steps", type=int, help="steps a run (alone 2000, load 5)")
     parser.add_argument("--runs", type=int, default=1000, help="load: runs (default 1000)")
     parser.add_argument("--latency", type=float, default=0.5, help="load: model seconds")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="load: the scripted model sleeping --latency in the worker (batch_throughput's "
+        "workload) instead of the SDK and the local Messages API server",
+    )
     parser.add_argument("--processes", type=int, default=2, help="load: worker processes")
     parser.add_argument("--pool", default=None, help="worker pool (default: as configured)")
     parser.add_argument("--concurrency", type=int, help="slots a worker (alone 1, load 100)")
@@ -152,43 +163,45 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / f"nsbench-spy-{os.getpid()}"
     out.mkdir(parents=True, exist_ok=True)
 
-    with common.model_server(args.latency) as server:
-        model_url = None if alone else server.url
-        with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=model_url) as b:
+    with scratch.model_server(args.latency) as server:
+        model_url = None if alone or args.in_process else server.url
+        with scratch.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=model_url) as b:
             workers = [
                 b.worker(f"w{i + 1}", concurrency=concurrency, **pool) for i in range(processes)
             ]
             warm = concurrency * processes if not alone else 1
-            common.create_runs(warm, 2 if alone else 1, "warmup")
-            common.wait_for_runs(warm, timeout=180, label="warm-up runs")
+            records.create_runs(warm, 2 if alone else 1, "warmup")
+            records.wait_for_runs(warm, timeout=180, label="warm-up runs")
             raws = [out / f"w{i + 1}.raw" for i in range(processes)]
             spies = [
                 spy(w.pid, raw, args.rate, gil=not args.all)
                 for w, raw in zip(workers, raws, strict=True)
             ]
             time.sleep(2.0)  # py-spy attaches
-            with common.CpuMeter(b.processes) as cpu:
-                _, started = common.create_runs(runs, steps, "measured")
-                wall = common.wait_for_runs(
+            with cpu_use.CpuMeter(b.processes) as cpu:
+                latency = args.latency if args.in_process else 0
+                _, started = records.create_runs(runs, steps, "measured", model_seconds=latency)
+                wall = records.wait_for_runs(
                     warm + runs, timeout=600 + steps, label="runs", started=started
                 )
             stop(spies)
     total = runs * steps
     per_step = cpu.seconds.get("workers", 0.0) / total * 1000
-    common.print_table(
+    output.print_table(
         f"cpu_profile {args.mode}: {runs} run(s) x {steps} steps, {processes} worker(s) "
         f"x{concurrency}{' ' + args.pool if args.pool else ''}"
-        + ("" if alone else f", model {args.latency:g} s"),
+        + ("" if alone else f", model {args.latency:g} s")
+        + (" in process" if args.in_process else ""),
         ["", ""],
         [
-            ["wall", common.secs(wall)],
+            ["wall", output.secs(wall)],
             ["steps/s", f"{total / wall:.0f}"],
-            ["worker CPU a step (user + system)", common.ms(per_step / 1000)],
+            ["worker CPU a step (user + system)", output.ms(per_step / 1000)],
             ["machine", cpu.describe()],
             ["CPU by process, cores", cpu.breakdown()],
         ],
     )
-    common.print_notes(b.machine(), f"py-spy {'all running threads' if args.all else '--gil'}")
+    output.print_notes(b.machine(), f"py-spy {'all running threads' if args.all else '--gil'}")
     report(raws, per_step, args.top)
     if args.out is None:
         for raw in raws:

@@ -14,7 +14,11 @@ import pstats
 import statistics
 import uuid
 
-import common
+import cpu_use
+import output
+import profiling
+import records
+import scratch
 
 NAME = "flat_cost"
 REDIS_DB = 13
@@ -64,9 +68,9 @@ SELECT :new, key, step, step_name, payload, compacted
 
 
 def run_to_end(steps: int, label: str) -> uuid.UUID:
-    done_before, _ = common.run_counts()
-    (run_id,), _ = common.create_runs(1, steps, label)
-    common.wait_for_runs(done_before + 1, timeout=120 + steps, label=f"run {label}")
+    done_before, _ = records.run_counts()
+    (run_id,), _ = records.create_runs(1, steps, label)
+    records.wait_for_runs(done_before + 1, timeout=120 + steps, label=f"run {label}")
     return run_id
 
 
@@ -78,26 +82,26 @@ def around(intervals: dict[int, float], step: int) -> float:
 def add_old_rows(total: int) -> None:
     runs = max(1, total // OLD_ROWS_PER_RUN)
     chunks = min(10, runs)
-    progress = common.Progress("old journal rows", runs * OLD_ROWS_PER_RUN, every=0)
+    progress = output.Progress("old journal rows", runs * OLD_ROWS_PER_RUN, every=0)
     done = 0
     for chunk in range(chunks):
         size = runs // chunks + (1 if chunk < runs % chunks else 0)
-        common.sql(_OLD_RUNS, runs=size, per_run=OLD_ROWS_PER_RUN)
+        records.sql(_OLD_RUNS, runs=size, per_run=OLD_ROWS_PER_RUN)
         done += size * OLD_ROWS_PER_RUN
         progress.update(done)
-    common.sql("ANALYZE")
+    records.sql("ANALYZE")
 
 
 def profile_at(source: uuid.UUID, step: int) -> pstats.Stats:
     """Profile in-process steps of a copy of `source` that starts at `step`."""
     copy = uuid.uuid4()
-    common.sql(_CLONE_RUN, new=copy, step=step, source=source)
-    common.sql(_CLONE_JOURNAL, new=copy, step=step, source=source)
-    return common.profile_steps(copy)
+    records.sql(_CLONE_RUN, new=copy, step=step, source=source)
+    records.sql(_CLONE_JOURNAL, new=copy, step=step, source=source)
+    return profiling.profile_steps(copy)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(__doc__)
+    parser = output.parser(__doc__)
     parser.add_argument("--late", type=int, default=1000, help="the late step (default 1000)")
     parser.add_argument("--short-steps", type=int, default=100, help="steps of the short runs")
     parser.add_argument("--old-rows", type=int, default=1_000_000, help="old journal rows")
@@ -107,71 +111,71 @@ def main(argv: list[str] | None = None) -> int:
     if args.late <= early + 2 * WINDOW:
         parser.error(f"--late must be above {early + 2 * WINDOW}")
 
-    with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
+    with scratch.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
         bench.worker("w1", concurrency=1)
         run_to_end(20, "warmup")
-        common.log(f"short run of {args.short_steps} steps, empty database")
-        empty = list(common.step_intervals(run_to_end(args.short_steps, "empty")).values())
-        common.log(f"long run of {long_steps} steps")
-        cpu_before = common.cpu_seconds(bench.processes)
+        output.log(f"short run of {args.short_steps} steps, empty database")
+        empty = list(records.step_intervals(run_to_end(args.short_steps, "empty")).values())
+        output.log(f"long run of {long_steps} steps")
+        cpu_before = cpu_use.cpu_seconds(bench.processes)
         long_run = run_to_end(long_steps, "long")
-        long_cpu = (common.cpu_seconds(bench.processes) - cpu_before) / long_steps
-        intervals = common.step_intervals(long_run)
-        common.log(f"inserting {args.old_rows:,} old journal rows")
+        long_cpu = (cpu_use.cpu_seconds(bench.processes) - cpu_before) / long_steps
+        intervals = records.step_intervals(long_run)
+        output.log(f"inserting {args.old_rows:,} old journal rows")
         add_old_rows(args.old_rows)
-        common.log(f"short run of {args.short_steps} steps, {args.old_rows:,} old rows")
-        full = list(common.step_intervals(run_to_end(args.short_steps, "full")).values())
+        output.log(f"short run of {args.short_steps} steps, {args.old_rows:,} old rows")
+        full = list(records.step_intervals(run_to_end(args.short_steps, "full")).values())
         bench.stop_all()
-        common.log("profiling in-process steps of copies of the long run")
+        output.log("profiling in-process steps of copies of the long run")
         profiles = {step: profile_at(long_run, step) for step in (early, args.late)}
 
     points = sorted({early, 100, 250, 500, args.late} & set(range(early, args.late + 1)))
     late_ratio = around(intervals, args.late) / around(intervals, early)
-    common.print_table(
+    output.print_table(
         f"flat_cost 1: per-step time along one run of {long_steps} steps (median of the "
         f"steps within {WINDOW} of each point, one worker, threads x1)",
         ["step", "per-step time", "vs step 10"],
         [
             [
                 p,
-                common.ms(around(intervals, p)),
-                common.times(around(intervals, p) / around(intervals, early)),
+                output.ms(around(intervals, p)),
+                output.times(around(intervals, p) / around(intervals, early)),
             ]
             for p in points
         ],
     )
-    common.print_notes(
+    output.print_notes(
         bench.machine(),
-        f"step {args.late} vs step {early}: {common.verdict(late_ratio, TARGET)}",
-        f"worker CPU (user + system) along the long run: {common.ms(long_cpu)} a step",
+        f"step {args.late} vs step {early}: {output.verdict(late_ratio, TARGET)}",
+        f"worker CPU (user + system) along the long run: {output.ms(long_cpu)} a step",
     )
 
     size_ratio = statistics.median(full) / statistics.median(empty)
-    common.print_table(
+    output.print_table(
         f"flat_cost 2: per-step time of a {args.short_steps}-step run by database size",
         ["database", "median", "p99"],
         [
-            ["empty", common.ms(statistics.median(empty)), common.ms(common.percentile(empty, 99))],
+            ["empty", output.ms(statistics.median(empty)), output.ms(output.percentile(empty, 99))],
             [
                 f"{args.old_rows:,} old journal rows",
-                common.ms(statistics.median(full)),
-                common.ms(common.percentile(full, 99)),
+                output.ms(statistics.median(full)),
+                output.ms(output.percentile(full, 99)),
             ],
-            ["ratio", common.times(size_ratio), ""],
+            ["ratio", output.times(size_ratio), ""],
         ],
     )
-    common.print_notes(f"full vs empty: {common.verdict(size_ratio, TARGET)}")
+    output.print_notes(f"full vs empty: {output.verdict(size_ratio, TARGET)}")
 
-    common.print_table(
+    output.print_table(
         "flat_cost 3: where a step's time goes (in-process, no Celery; mean of "
-        f"{common.PROFILED_STEPS} steps under cProfile, which inflates Python time)",
+        f"{profiling.PROFILED_STEPS} steps under cProfile, which inflates Python time)",
         ["phase", f"step {early}", f"step {args.late}", "growth"],
-        common.phase_rows([profiles[early], profiles[args.late]], growth=True),
+        profiling.phase_rows([profiles[early], profiles[args.late]], growth=True),
     )
-    common.print_table(
+    output.print_table(
         f"top functions by own time at step {args.late} (per step)",
         ["function", "calls", "own time"],
-        common.top_functions(profiles[args.late], 8),
+        profiling.top_functions(profiles[args.late], 8),
     )
     return 0
 

@@ -18,9 +18,13 @@ import time
 import uuid
 from collections.abc import Callable
 
-import common
 import httpx
+import output
+import records
+import scratch
 import uvicorn
+
+from pipeline.processes.celery_process import wait_for
 
 NAME = "live_progress"
 REDIS_DB = 8
@@ -39,14 +43,14 @@ def step_time(run_id: uuid.UUID, steps: int) -> float:
 def triggers(enabled: bool) -> None:
     verb = "ENABLE" if enabled else "DISABLE"
     for table in TRIGGER_TABLES:
-        common.sql(f"ALTER TABLE {table} {verb} TRIGGER USER")
+        records.sql(f"ALTER TABLE {table} {verb} TRIGGER USER")
 
 
 def trigger_cost(blocks: int, steps: int) -> tuple[list[float], list[float]]:
     """Seconds a step with the triggers (on) and without (off), block by block."""
     on: list[float] = []
     off: list[float] = []
-    (run_id,), _ = common.create_runs(1, blocks * 2 * steps + 20, "triggers")
+    (run_id,), _ = records.create_runs(1, blocks * 2 * steps + 20, "triggers")
     step_time(run_id, 10)  # warm up imports, pools and plans
     for _ in range(blocks):
         for enabled, into in ((False, off), (True, on)):
@@ -57,7 +61,7 @@ def trigger_cost(blocks: int, steps: int) -> tuple[list[float], list[float]]:
 
 
 def transactions() -> int:
-    row = common.sql(
+    row = records.sql(
         "SELECT xact_commit + xact_rollback FROM pg_stat_database "
         "WHERE datname = current_database()"
     )[0]
@@ -72,7 +76,7 @@ def serve() -> tuple[uvicorn.Server, str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                            lifespan="off", ws="none"))  # fmt: skip
     threading.Thread(target=server.run, daemon=True).start()
-    common.wait_for(lambda: server.started, timeout=15, what="the API server")
+    wait_for(lambda: server.started, timeout=15, what="the API server")
     port = server.servers[0].sockets[0].getsockname()[1]
     return server, f"http://127.0.0.1:{port}"
 
@@ -105,7 +109,7 @@ def waiting(
 ) -> tuple[float, list[float]]:
     """(transactions per second while `waiters` wait idle, seconds from each run's finishing
     commit to its waiter's answer)."""
-    runs, _ = common.create_runs(waiters, 1, name)  # running, with no worker to move them
+    runs, _ = records.create_runs(waiters, 1, name)  # running, with no worker to move them
     answered: dict[uuid.UUID, float] = {}
     until = time.monotonic() + idle + 60
 
@@ -122,9 +126,9 @@ def waiting(
     rate = (transactions() - before) / (time.monotonic() - started)
     latencies = []
     for run_id in runs:
-        common.sql("UPDATE runs SET status = 'succeeded' WHERE id = :id", id=run_id)
+        records.sql("UPDATE runs SET status = 'succeeded' WHERE id = :id", id=run_id)
         finished = time.monotonic()
-        common.wait_for(lambda r=run_id: r in answered, timeout=30, what=f"{name} answer")
+        wait_for(lambda r=run_id: r in answered, timeout=30, what=f"{name} answer")
         latencies.append(answered[run_id] - finished)
     for thread in threads:
         thread.join(timeout=5)
@@ -136,13 +140,13 @@ def feed_reads(events_per_run: int, batch_runs: int) -> list[list[str]]:
 
     rows = []
     batch_id = "bench:feed"
-    common.sql(
+    records.sql(
         "INSERT INTO batches (id, name, params, status) VALUES (:id, 'bench', '{}', 'running')",
         id=batch_id,
     )
-    runs, _ = common.create_runs(batch_runs, 1, "feed")
-    common.sql("UPDATE runs SET batch_id = :b WHERE id = ANY(:ids)", b=batch_id, ids=runs)
-    common.sql(
+    runs, _ = records.create_runs(batch_runs, 1, "feed")
+    records.sql("UPDATE runs SET batch_id = :b WHERE id = ANY(:ids)", b=batch_id, ids=runs)
+    records.sql(
         "INSERT INTO run_events (run_id, kind, data) SELECT r, 'claimed', "
         "jsonb_build_object('step', n) FROM unnest(CAST(:ids AS uuid[])) r, "
         "generate_series(1, :n) n", ids=runs, n=events_per_run,
@@ -153,7 +157,7 @@ def feed_reads(events_per_run: int, batch_runs: int) -> list[list[str]]:
         end = latest_position(subject)
         idle = timed(lambda s=subject, e=end: read(s, e))
         count = len(read(subject, START, limit=100_000).events)
-        rows.append([label, str(count), common.ms(whole), common.ms(idle)])
+        rows.append([label, str(count), output.ms(whole), output.ms(idle)])
     return rows
 
 
@@ -167,47 +171,47 @@ def timed(work: Callable[[], object], repeat: int = 20) -> float:
 
 
 def main() -> int:
-    parser = common.parser(__doc__)
+    parser = output.parser(__doc__)
     parser.add_argument("--blocks", type=int, default=4, help="alternating blocks of steps")
     parser.add_argument("--steps", type=int, default=50, help="steps per block")
     parser.add_argument("--waiters", type=int, default=50)
     parser.add_argument("--idle", type=float, default=20.0, help="seconds the waiters wait idle")
     args = parser.parse_args()
-    with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
-        common.log("steps with and without the feed's triggers")
+    with scratch.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
+        output.log("steps with and without the feed's triggers")
         on, off = trigger_cost(args.blocks, args.steps)
         server, base = serve()
         try:
-            common.log(f"{args.waiters} long-polls waiting {args.idle:g} s")
+            output.log(f"{args.waiters} long-polls waiting {args.idle:g} s")
             listen_rate, listen_latency = waiting("listen", long_poll(base), args.waiters,
                                                   args.idle)  # fmt: skip
-            common.log(f"{args.waiters} backoff polls waiting {args.idle:g} s")
+            output.log(f"{args.waiters} backoff polls waiting {args.idle:g} s")
             poll_rate, poll_latency = waiting("poll", backoff_poll, args.waiters, args.idle)
         finally:
             server.should_exit = True
-        common.log("feed reads")
+        output.log("feed reads")
         reads = feed_reads(events_per_run=200, batch_runs=30)
 
     step_on, step_off = statistics.median(on), statistics.median(off)
-    common.print_table(
+    output.print_table(
         "progress-feed triggers on the step (in-process, median of blocks)",
         ["triggers", "per step", "ratio"],
-        [["off", common.ms(step_off), "1.00x"], ["on", common.ms(step_on),
-          common.times(step_on / step_off)]],
+        [["off", output.ms(step_off), "1.00x"], ["on", output.ms(step_on),
+          output.times(step_on / step_off)]],
     )  # fmt: skip
-    common.print_table(
+    output.print_table(
         f"{args.waiters} waiters, idle {args.idle:g} s, then each run finishes",
         ["how", "db transactions/s while idle", "answer after commit p50", "p95"],
-        [[how, f"{rate:.1f}", common.ms(common.percentile(lat, 50)),
-          common.ms(common.percentile(lat, 95))]
+        [[how, f"{rate:.1f}", output.ms(output.percentile(lat, 50)),
+          output.ms(output.percentile(lat, 95))]
          for how, rate, lat in (("LISTEN long-poll", listen_rate, listen_latency),
                                 ("poll with backoff", poll_rate, poll_latency))],
     )  # fmt: skip
-    common.print_table(
+    output.print_table(
         "reading the feed (median of 20)", ["subject", "events", "whole feed", "idle re-read"],
         reads,
     )  # fmt: skip
-    common.print_notes(
+    output.print_notes(
         "idle transactions/s include the database's own background (autovacuum, stats)",
         bench.machine(),
     )

@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import common
+import output
+import records
+import scratch
 
 NAME = "metrics_scrape"
 REDIS_DB = 15
@@ -67,8 +69,8 @@ SELECT gen_random_uuid(), substr(waiting_on, 10), id, 'toolu_open', 'bench_echo'
 def add_finished(total: int) -> None:
     chunk = 20_000
     for start in range(0, total, chunk):
-        common.sql(_FINISHED, runs=min(chunk, total - start))
-    common.sql("ANALYZE")
+        records.sql(_FINISHED, runs=min(chunk, total - start))
+    records.sql("ANALYZE")
 
 
 def timed(scrape: Callable[[], object], repeat: int) -> float:
@@ -83,17 +85,17 @@ def timed(scrape: Callable[[], object], repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(__doc__)
+    parser = output.parser(__doc__)
     parser.add_argument("--small", type=int, default=1_000, help="finished runs, first")
     parser.add_argument("--large", type=int, default=100_000, help="finished runs, second")
     parser.add_argument("--repeat", type=int, default=30, help="scrapes timed at each size")
     args = parser.parse_args(argv)
 
-    with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
+    with scratch.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs) as bench:
         # Lazy: the runtime reads the environment scratch() has just set.
         from prometheus_client import generate_latest
 
-        from pipeline.api.routes import registry_for
+        from pipeline.api.routes.operations import registry_for
         from pipeline.settings import get_settings
         from pipeline.views.metrics import collect
 
@@ -104,11 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         def scrape() -> bytes:
             return generate_latest(registry_for(settings))
 
-        common.sql(_UNFINISHED)
+        records.sql(_UNFINISHED)
         figures = {}
         added = 0
         for size in (args.small, args.large):
-            common.log(f"{size:,} finished runs")
+            output.log(f"{size:,} finished runs")
             add_finished(size - added)
             added = size
             figures[size] = (timed(scrape, args.repeat), timed(collect, max(3, args.repeat // 5)))
@@ -117,18 +119,18 @@ def main(argv: list[str] | None = None) -> int:
 
     small, large = figures[args.small], figures[args.large]
     ratio = large[0] / small[0]
-    common.print_table(
+    output.print_table(
         f"metrics_scrape: one scrape (median of {args.repeat}), by finished runs kept",
         ["finished runs", "/metrics (prometheus_client)", "baseline: whole-table figures"],
         [
-            [f"{args.small:,}", common.ms(small[0]), common.ms(small[1])],
-            [f"{args.large:,}", common.ms(large[0]), common.ms(large[1])],
-            ["ratio", common.times(ratio), common.times(large[1] / small[1])],
+            [f"{args.small:,}", output.ms(small[0]), output.ms(small[1])],
+            [f"{args.large:,}", output.ms(large[0]), output.ms(large[1])],
+            ["ratio", output.times(ratio), output.times(large[1] / small[1])],
         ],
     )
-    common.print_notes(
+    output.print_notes(
         bench.machine(),
-        f"{args.large:,} vs {args.small:,} runs: {common.verdict(ratio, TARGET)}",
+        f"{args.large:,} vs {args.small:,} runs: {output.verdict(ratio, TARGET)}",
         f"50 unfinished runs and 10 pending approvals both times; the scrape has {lines} lines",
     )
     return 0

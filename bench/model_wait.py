@@ -16,7 +16,11 @@ import time
 from datetime import datetime
 from typing import Any
 
-import common
+import baseline
+import cpu_use
+import output
+import records
+import scratch
 
 NAME = "model_wait"
 REDIS_DB = 12
@@ -34,29 +38,31 @@ def peak_in_flight(entries: list[dict[str, Any]], latency: float) -> int:
     return peak
 
 
-def plain_floor(bench: common.Scratch, args: Any, model_url: str) -> tuple[float, common.CpuMeter]:
+def plain_floor(
+    bench: scratch.Scratch, args: Any, model_url: str
+) -> tuple[float, cpu_use.CpuMeter]:
     """The plain baseline's wall time for `runs` chains of `steps` model hops, and its CPU."""
     slots = args.processes * args.threads
-    common.log(f"starting {args.processes} plain worker(s), {args.pool} x{args.threads} each")
+    output.log(f"starting {args.processes} plain worker(s), {args.pool} x{args.threads} each")
     plain = [
-        bench.plain_worker(
-            f"plain{i + 1}", concurrency=args.threads, pool=args.pool, model_url=model_url
+        baseline.plain_worker(
+            bench, f"plain{i + 1}", concurrency=args.threads, pool=args.pool, model_url=model_url
         )
         for i in range(args.processes)
     ]
-    before = common.hop_count()
+    before = baseline.hop_count()
     for i in range(slots):  # warm-up: every slot's first hop opens its connections
-        common.start_chain(f"warmup-model-{i}", 1, model=True)
-    common.wait_for_count(
-        lambda: common.hop_count() - before, slots, timeout=120, label="plain warm-up"
+        baseline.start_chain(f"warmup-model-{i}", 1, model=True)
+    records.wait_for_count(
+        lambda: baseline.hop_count() - before, slots, timeout=120, label="plain warm-up"
     )
-    before = common.hop_count()
-    with common.CpuMeter(plain) as cpu:
+    before = baseline.hop_count()
+    with cpu_use.CpuMeter(plain) as cpu:
         started = time.monotonic()
         for i in range(args.runs):
-            common.start_chain(f"model-{i}", args.steps, model=True)
-        wall = common.wait_for_count(
-            lambda: common.hop_count() - before,
+            baseline.start_chain(f"model-{i}", args.steps, model=True)
+        wall = records.wait_for_count(
+            lambda: baseline.hop_count() - before,
             args.runs * args.steps,
             timeout=120 + args.runs * args.steps * args.latency,
             label="plain chains",
@@ -68,7 +74,7 @@ def plain_floor(bench: common.Scratch, args: Any, model_url: str) -> tuple[float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(__doc__)
+    parser = output.parser(__doc__)
     parser.add_argument("--runs", type=int, default=1000, help="runs (default 1000)")
     parser.add_argument("--steps", type=int, default=5, help="steps a run (default 5)")
     parser.add_argument("--latency", type=float, default=0.5, help="model seconds (0.5)")
@@ -79,19 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     slots = args.processes * args.threads
     calls = args.runs * args.steps
 
-    with common.model_server(args.latency) as server:
-        with common.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=server.url) as b:
+    with scratch.model_server(args.latency) as server:
+        with scratch.scratch(NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=server.url) as b:
             plain_wall, plain_cpu = plain_floor(b, args, server.url)
-            common.log(f"starting {args.processes} worker(s), threads x{args.threads} each")
+            output.log(f"starting {args.processes} worker(s), threads x{args.threads} each")
             for i in range(args.processes):
                 b.worker(f"w{i + 1}", pool=args.pool, concurrency=args.threads)
             # Warm-up: every thread's first step opens its connections (database, model).
-            common.create_runs(slots, 1, "warmup")
-            common.wait_for_runs(slots, timeout=120, label="warm-up runs")
+            records.create_runs(slots, 1, "warmup")
+            records.wait_for_runs(slots, timeout=120, label="warm-up runs")
             log_before = len(server.log.entries())
-            with common.CpuMeter(b.processes) as cpu:
-                _, started = common.create_runs(args.runs, args.steps, "measured")
-                wall = common.wait_for_runs(
+            with cpu_use.CpuMeter(b.processes) as cpu:
+                _, started = records.create_runs(args.runs, args.steps, "measured")
+                wall = records.wait_for_runs(
                     slots + args.runs,
                     timeout=120 + calls * args.latency,
                     label="runs",
@@ -104,36 +110,36 @@ def main(argv: list[str] | None = None) -> int:
     unlimited = args.steps * args.latency
     slot_bound = math.ceil(args.runs / slots) * args.steps * args.latency
     serial = calls * args.latency
-    common.print_table(
+    output.print_table(
         f"model_wait: {args.runs} runs x {args.steps} steps, model latency "
         f"{args.latency:g} s, {args.processes} worker process(es) x {args.threads} threads "
         f"({slots} slots)",
         ["", "wall", "measured / this"],
         [
-            ["measured", common.secs(wall), ""],
+            ["measured", output.secs(wall), ""],
             [
                 "plain Celery + SDK floor (same chains, same slots, this run)",
-                common.secs(plain_wall),
-                common.times(wall / plain_wall),
+                output.secs(plain_wall),
+                output.times(wall / plain_wall),
             ],
             [
                 "ideal, unlimited concurrency (steps x latency)",
-                common.secs(unlimited),
-                common.times(wall / unlimited),
+                output.secs(unlimited),
+                output.times(wall / unlimited),
             ],
             [
                 f"ideal with {slots} slots (ceil(runs/slots) x steps x latency)",
-                common.secs(slot_bound),
-                common.times(wall / slot_bound),
+                output.secs(slot_bound),
+                output.times(wall / slot_bound),
             ],
             [
                 "serial (runs x steps x latency)",
-                common.secs(serial),
+                output.secs(serial),
                 f"{serial / wall:.0f}x faster than serial",
             ],
         ],
     )
-    common.print_notes(
+    output.print_notes(
         b.machine(),
         f"model requests: {requests} for {calls} steps; at most {peak} in flight at once",
         f"machine CPU during the run: {cpu.describe()}; {calls / wall:.0f} steps/s; "
@@ -143,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         f"plain floor: {calls / plain_wall:.0f} hops/s, machine {plain_cpu.describe()}, "
         f"{plain_cpu.per_task(calls)} of machine CPU a hop",
         f"CPU by process, in cores: {cpu.breakdown()}",
-        f"vs unlimited-concurrency ideal: {common.verdict(wall / unlimited, TARGET)}",
-        f"vs ideal for {slots} slots: {common.verdict(wall / slot_bound, TARGET)}",
+        f"vs unlimited-concurrency ideal: {output.verdict(wall / unlimited, TARGET)}",
+        f"vs ideal for {slots} slots: {output.verdict(wall / slot_bound, TARGET)}",
     )
     return 0
 

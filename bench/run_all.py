@@ -19,12 +19,13 @@ REDUCED: dict[str, list[str]] = {
     "time_to_resume": ["--trials", "2", "--leases", "fast"],
     "metrics_scrape": ["--large", "20000", "--repeat", "10"],
     "live_progress": ["--blocks", "2", "--steps", "20", "--waiters", "20", "--idle", "10"],
+    "night_scale": ["--sizes", "200,1000", "--reads-at", "10000,30000", "--repeat", "3"],
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--full", action="store_true", help="default sizes (about 15 minutes)")
+    parser.add_argument("--full", action="store_true", help="default sizes (about 26 minutes)")
     parser.add_argument("--only", default=",".join(REDUCED), help="comma-separated names")
     args = parser.parse_args(argv)
     names = [name for name in args.only.split(",") if name]

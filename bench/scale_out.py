@@ -19,9 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import common
+import cpu_use
+import output
 import plain_celery
 import psycopg
+import records
+import scratch
 from psycopg import sql
 
 from pipeline import embedded
@@ -37,7 +40,7 @@ DEFAULT_MAX_CONNECTIONS = 100
 def commits() -> int:
     """Transactions committed in the scratch database so far (all backends)."""
     return int(
-        common.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")[
+        records.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")[
             0
         ][0]
     )
@@ -46,7 +49,7 @@ def commits() -> int:
 def commits_after_flush() -> int:
     # Backends report their counters about once a second: wait for the last ones.
     time.sleep(1.5)
-    common.sql("SELECT pg_stat_clear_snapshot()")
+    records.sql("SELECT pg_stat_clear_snapshot()")
     return commits()
 
 
@@ -68,7 +71,7 @@ def size_connections(
 
 
 def measure(
-    bench: common.Scratch, network: Network, hosts: int, args: argparse.Namespace, env: dict
+    bench: scratch.Scratch, network: Network, hosts: int, args: argparse.Namespace, env: dict
 ) -> list[str]:
     """One configuration: one worker on each of `hosts` hosts; its row of figures."""
     workers = [
@@ -76,14 +79,14 @@ def measure(
         for i, host in enumerate(network.hosts[:hosts], start=1)
     ]
     slots = hosts * args.threads
-    done, _ = common.run_counts()
-    common.log(f"{hosts} host(s): warming up {slots} slots")
-    common.create_runs(slots, 1, f"warm-{hosts}")
-    common.wait_for_runs(done + slots, timeout=180, label="warm-up runs")
-    _, started = common.create_runs(args.runs, args.steps, f"measured-{hosts}")
+    done, _ = records.run_counts()
+    output.log(f"{hosts} host(s): warming up {slots} slots")
+    records.create_runs(slots, 1, f"warm-{hosts}")
+    records.wait_for_runs(done + slots, timeout=180, label="warm-up runs")
+    _, started = records.create_runs(args.runs, args.steps, f"measured-{hosts}")
     before = commits()
-    with common.CpuMeter(workers) as cpu:
-        wall = common.wait_for_runs(
+    with cpu_use.CpuMeter(workers) as cpu:
+        wall = records.wait_for_runs(
             done + slots + args.runs,
             timeout=120 + args.runs * args.steps * args.latency,
             label="runs",
@@ -98,11 +101,11 @@ def measure(
     return [
         str(hosts),
         str(slots),
-        common.secs(wall),
+        output.secs(wall),
         f"{total / wall:.1f}",
         f"{committed / wall:.0f}",
         f"{committed / total:.1f}",
-        common.times(wall / ideal),
+        output.times(wall / ideal),
         f"{cpu.busy:.0%}",
         f"{cpu.groups.get('workers', 0.0):.2f}",
         f"{cpu.groups.get('postgres', 0.0):.2f}",
@@ -110,7 +113,7 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = common.parser(__doc__)
+    parser = output.parser(__doc__)
     parser.add_argument(
         "--hosts", default="1,2,3,4,6", help="worker host counts (default 1,2,3,4,6)"
     )
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["NIGHTSHIFT_DATABASE_URL"] = urls["postgres"]
         os.environ["NIGHTSHIFT_BROKER_URL"] = urls["redis"]
         try:
-            with common.scratch(
+            with scratch.scratch(
                 NAME, REDIS_DB, keep_logs=args.keep_logs, model_url=model.url
             ) as bench:
                 here, there = "@127.0.0.1:", f"@{network.service_address}:"
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(services, ignore_errors=True)
         network.down()
 
-    common.print_table(
+    output.print_table(
         f"scale_out: {args.runs} runs x {args.steps} steps, model {args.latency:g} s, one worker "
         f"process x {args.threads} threads per host",
         ["hosts", "slots", "wall", "steps/s", "PG commits/s", "commits/step",
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         rows,
     )  # fmt: skip
     base = float(rows[0][3])
-    common.print_notes(
+    output.print_notes(
         machine,
         "speed-up over one host: "
         + ", ".join(f"{r[0]} hosts {float(r[3]) / base:.2f}x" for r in rows),

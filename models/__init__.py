@@ -1,16 +1,17 @@
 """The durable record: SQLAlchemy 2 typed ORM for every table nightshift keeps."""
 
 from models.action import Action, ActionAudit
-from models.artifact import Artifact
+from models.artifact import Artifact, artifact_url
 from models.base import Base, table_of
 from models.batch import Alert, Batch
-from models.credential import ApiToken
+from models.credential import ApiToken, StatusPageSession
 from models.journal import JournalEntry
 from models.notification import Notification
+from models.outage import ModelOutage
 from models.resumption import ResumeCause, Resumption
 from models.run import Run, tokens_used
 from models.run_event import RunEvent
-from models.schedule import Event, ScheduleFire
+from models.schedule import BeatSchedules, ExternalEvent, ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
 from models.webhook import WebhookDelivery
 from models.worker import WorkerHeartbeat
@@ -25,9 +26,11 @@ __all__ = [
     "Base",
     "Batch",
     "BatchStatus",
-    "Event",
+    "BeatSchedules",
+    "ExternalEvent",
     "FireDecision",
     "JournalEntry",
+    "ModelOutage",
     "Notification",
     "ResumeCause",
     "Resumption",
@@ -35,8 +38,10 @@ __all__ = [
     "RunEvent",
     "RunStatus",
     "ScheduleFire",
+    "StatusPageSession",
     "WebhookDelivery",
     "WorkerHeartbeat",
+    "artifact_url",
     "table_of",
     "tokens_used",
 ]

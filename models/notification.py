@@ -5,7 +5,8 @@ transaction of the transition itself, so it can never be lost: a run finishing, 
 wait for a person (an approval, an unknown outcome). Its idempotency key is saved before the
 first attempt and sent with every one; delivery follows the action protocol's states
 (intended -> attempted -> confirmed, attempted with no saved reply -> outcome_unknown -> sent
-again with the same key; failed when the receiver refuses or retries run out).
+again with the same key; failed when the receiver refuses or retries run out). A budget alert's
+webhook is a row too, written with the alert in its fenced transaction (pipeline/engine/budgets.py).
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ class Notification(Base):
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     idempotency_key: Mapped[str] = mapped_column(String(200), unique=True)
-    """`run:<id>:finished`, `run:<id>:waiting:<event>`, `batch:<id>:finished`, ...: one per
-    transition, sent as the Idempotency-Key header of every attempt."""
+    """`run:<id>:finished`, `run:<id>:waiting:<event>`, `batch:<id>:finished`, `alert:<id>`,
+    ...: one per transition (or alert), sent as the Idempotency-Key header of every attempt."""
     event: Mapped[str] = mapped_column(String(32))
-    """run.finished, run.waiting, batch.finished or batch.waiting."""
+    """run.finished, run.waiting, batch.finished, batch.waiting or alert."""
     # No foreign keys, as in run_events: runs and batches are never deleted.
     run_id: Mapped[uuid.UUID | None]
     batch_id: Mapped[str | None] = mapped_column(String(200))
-    event_id: Mapped[int] = mapped_column(BigInteger)
-    """The run_events row of the transition: what the body describes."""
+    event_id: Mapped[int | None] = mapped_column(BigInteger)
+    """The run_events row of the transition: what the body describes (None for an alert's)."""
+    alert_id: Mapped[int | None] = mapped_column(BigInteger)
+    """For an alert's webhook (event `alert`, to NIGHTSHIFT_ALERT_WEBHOOK_URL): the alert."""
     url: Mapped[str] = mapped_column(Text)
     state: Mapped[ActionState] = mapped_column(status_column(ActionState, "notification_state"))
     attempts: Mapped[int] = mapped_column(server_default=text("0"))
@@ -66,4 +69,10 @@ class Notification(Base):
             postgresql_where=text("state IN ('intended', 'attempted', 'outcome_unknown')"),
         ),
         Index("ix_notifications_run_id", "run_id"),
+        Index(
+            "ix_notifications_alert_id",
+            "alert_id",
+            unique=True,
+            postgresql_where=text("alert_id IS NOT NULL"),
+        ),
     )

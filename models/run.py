@@ -54,6 +54,18 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None]
     attempt: Mapped[int] = mapped_column(default=0)
     """How many times a step of this run has been claimed."""
+    failed_step: Mapped[int | None]
+    """The step whose attempts failed last (its worker lost, its lease lost with no
+    checkpoint, its time bound hit): `failed_attempts` counts for it while `step` equals it."""
+    failed_attempts: Mapped[int] = mapped_column(default=0, server_default="0")
+    """Consecutive failed attempts of `failed_step` that count towards the agent's
+    max_step_attempts: its first failure, then only those it did not share (a failure while
+    it ran alone in quarantine, or its own time bound): pipeline/runs/failed_attempts.py."""
+    failures: Mapped[list[Any]] = mapped_column(default=list, server_default="[]")
+    """Each failed attempt of `failed_step`: kind, worker, whether it counted, when."""
+    quarantine_fence: Mapped[int | None] = mapped_column(BigInteger)
+    """The fence of the last attempt that ran in quarantine (alone among suspects in its
+    process): a failure of that attempt is the run's own."""
 
     wake_at: Mapped[datetime | None]
     waiting_on: Mapped[str | None] = mapped_column(String(200))
@@ -67,6 +79,16 @@ class Run(Base):
     cancel_requested_at: Mapped[datetime | None]
 
     code_version: Mapped[str] = mapped_column(String(64))
+    """nightshift's own version where the run was started."""
+    agent_version: Mapped[str | None] = mapped_column(String(80))
+    """The agent's version the run started under: its distribution's version and a digest of
+    what changes behaviour (`0.1.0+4b44300175daae31`, pipeline.registry.agent_version)."""
+    running_version: Mapped[str | None] = mapped_column(String(80))
+    """The agent version its last step ran under: recorded again by every step that runs
+    under another one."""
+    allowed_version: Mapped[str | None] = mapped_column(String(80))
+    """The version a person allowed the run to go on under (`nightshift allow`), when the
+    agent's on_version_change parked it."""
     prompt_version: Mapped[str] = mapped_column(String(64))
     """Hash of the agent's system prompt, tools and model settings."""
 
@@ -76,6 +98,11 @@ class Run(Base):
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()
     finished_at: Mapped[datetime | None]
+    compacted_at: Mapped[datetime | None]
+    """When retention redacted the run's personal data; its deletion window starts here."""
+    outcome_published: Mapped[bool] = mapped_column(server_default=text("false"))
+    """Whether the tick put the finished run's outcome in Celery's result backend, under the
+    run's id (`AsyncResult(run_id).get()` for a client with only Celery)."""
 
     __table_args__ = (
         # The tick's hot query: runnable runs whose lease is missing or expired.
@@ -94,8 +121,26 @@ class Run(Base):
                 "status IN ('waiting', 'needs_attention') AND deadline IS NOT NULL"
             ),
         ),
-        Index("ix_runs_batch_id", "batch_id"),
+        # A batch's children in the order its page and `batches show` list them (newest
+        # first, then id), and the batch's sums: no scan of every run for a big night.
+        Index("ix_runs_batch_listed", "batch_id", text("created_at DESC"), "id"),
+        # Retention's second stage: compacted runs whose deletion window has passed.
+        Index(
+            "ix_runs_compacted_at",
+            "compacted_at",
+            postgresql_where=text("compacted_at IS NOT NULL"),
+        ),
         Index("ix_runs_status_agent", "status", "agent"),
+        # The nightly cap's sum: every run created in the night's window.
+        Index("ix_runs_created_at", "created_at"),
+        # The tick's outcome query: finished runs whose outcome is not in the backend yet.
+        Index(
+            "ix_runs_outcome_unpublished",
+            "finished_at",
+            postgresql_where=text(
+                "NOT outcome_published AND status IN ('succeeded', 'failed', 'cancelled')"
+            ),
+        ),
     )
 
 

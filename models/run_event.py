@@ -35,7 +35,8 @@ class RunEvent(Base):
     batch_id: Mapped[str | None] = mapped_column(String(200))
     """Set for a batch's own status changes; a run's events carry only run_id."""
     kind: Mapped[str] = mapped_column(String(32))
-    """created, claimed, status, journal, action or batch: what changed (the reader names it)."""
+    """created, claimed, status, journal, action, batch (triggers write them) or version (the
+    step that ran under another agent version): what changed (the reader names it)."""
     journal_id: Mapped[int | None] = mapped_column(BigInteger)
     """The journal row a `journal` event records."""
     data: Mapped[dict[str, Any]]

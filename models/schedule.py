@@ -34,7 +34,25 @@ class ScheduleFire(Base):
     __table_args__ = (UniqueConstraint("schedule", "slot"),)
 
 
-class Event(Base):
+class BeatSchedules(Base):
+    """The schedule definitions beat fires by, stored when it starts: workers that check the
+    slots and the CLI that lists them read these, so what is listed is what fires, whichever
+    process holds the schedules file. One row."""
+
+    __tablename__ = "beat_schedules"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    definitions: Mapped[list[Any]]
+    """Each schedule as a schedules-file entry (`Schedule.to_json`)."""
+    stored_by: Mapped[str] = mapped_column(Text)
+    """The beat that stored them: host and pid."""
+    stored_at: Mapped[datetime] = created_at_column()
+
+
+class ExternalEvent(Base):
+    """Another service's event (POST /events/{source}), once per (source, event id); the
+    progress feed's entries are RunEvent (models/run_event.py), a different thing."""
+
     __tablename__ = "events"
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

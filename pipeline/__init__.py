@@ -9,21 +9,29 @@ Defining an agent
     tool           makes a function a tool: `@tool(description=..., schema=...)` with
                    `fn(args, context)`, or a typed function (pydantic model or annotated
                    arguments) whose schema is derived and enforced
+    Tool           what `@tool` makes: `run(args, context)` calls it, `action_key(args, context)`
+                   gives its side effect's idempotency key, `argument_errors(args)` says why
+                   the model's arguments would be refused
     SideEffect     declares that a tool acts on a service: idempotency key, whether the
-                   service honours keys and for how long, lookup, key namespace
+                   service honours keys and for how long, lookup, key namespace, and how
+                   long one send may take (send_timeout; the lease covers it)
     ToolContext    what a tool gets besides its arguments: run id, agent, run input, the
                    action's idempotency key, `config("acme.url")` for its own settings
-    ArtifactRequest  a tool result kept as a file (a report) instead of inline
+    ArtifactRequest  a tool result kept as an artifact (a report) instead of inline
     check_back_in  the timer tool: the run waits (no process) and continues later
-    once           `once(key, fn)`: run fn at most once per key in a run; replays return
-                   the stored result
+    once           `once(key, fn)`: fn's result, fixed per key in a run once journaled;
+                   replays return it (fn runs again after a crash before the journal write)
 
-Errors a tool raises
+Errors a tool raises (Exceptions, under pipeline.errors.NightshiftError)
     PermanentError     retrying cannot help; the model sees the error
     TemporaryError     worth retrying (timeouts, 429, 5xx); retried with backoff
     LookupUnsupported  a side effect's lookup cannot tell what happened
     NotConfigured      a setting the run cannot work without is not set where the worker
                        runs: the run stops at once (reason `config`); see `tool(needs=...)`
+
+The engine's stop signals (cancel, deadline, budget, lost lease, time limit) are the second
+root, pipeline.errors.StopStep, a BaseException: they pass a tool's `except Exception`, and a
+tool neither raises nor catches them.
 
 Scripts (the offline stand-in for the model, for tests and the demo)
     Conversation   what a script sees: the run's input and the messages so far
@@ -36,12 +44,16 @@ Schedules and events (an agent's `job` and `event_sources`)
     BatchPlan      a job's answer: one child run per input, then one synthesis run
     EventSource    another service's events (`POST /events/{name}`) that start runs
 
+Testing an agent (no PostgreSQL, Redis or worker): `pipeline.testing`, `run_agent(agent, input,
+tools=stubs)` runs its script or canned replies through the engine's own step logic, records
+tool calls and side effects without sending, and approves or rejects (docs/agents.md).
+
 `celery -A pipeline worker` finds the Celery app here too.
 """
 
 from typing import Any
 
-from pipeline.agent import (
+from pipeline.agent_definition import (
     Agent,
     BatchPlan,
     Conversation,
@@ -55,6 +67,7 @@ from pipeline.errors import LookupUnsupported, NotConfigured, PermanentError, Te
 from pipeline.tools import (
     ArtifactRequest,
     SideEffect,
+    Tool,
     ToolContext,
     check_back_in,
     once,
@@ -74,6 +87,7 @@ __all__ = [
     "SideEffect",
     "Slot",
     "TemporaryError",
+    "Tool",
     "ToolContext",
     "check_back_in",
     "once",
@@ -85,8 +99,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "app":
-        # Lazy: importing the authoring API must not configure Celery (which reads the
-        # environment and may start the embedded services).
+        # Lazy: the authoring API imports none of the runtime (an agent's package imports
+        # `pipeline` and must not pull Celery and the database layer in with it).
         from pipeline.app import app
 
         return app

@@ -22,6 +22,8 @@ POINTS = frozenset(
         "after_model_journaled",
         "after_cut_off_journaled",
         "after_tool_journaled",
+        "before_artifact_committed",
+        "after_once_ran",
         "after_once_committed",
         "before_checkpoint",
         "after_checkpoint_before_enqueue",

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from threading import Lock
+from typing import Any
 
+import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Engine, create_engine, event, exc, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -69,14 +72,17 @@ def get_engine(url: str | None = None) -> Engine:
     with _lock:
         engine = _engines.get(key)
         if engine is None:
-            # Sized for the worker's threads: overflow connections are opened and closed on
-            # every burst, which costs more than keeping them.
+            # A fixed set of connections, whatever --concurrency is: a thread waits for one
+            # (a transaction takes milliseconds; a step holds none while its model thinks)
+            # instead of opening and closing overflow connections on every burst, and
+            # processes x db_pool_size bounds what the deployment asks of max_connections.
+            # A thread that waited a lease has lost its lease anyway: it gives up then.
             settings = get_settings()
-            size = settings.worker_concurrency + 4
             engine = create_engine(
                 url,
-                pool_size=size,
-                max_overflow=size,
+                pool_size=settings.db_pool_size,
+                max_overflow=0,
+                pool_timeout=settings.lease_seconds,
                 # The most recently used connection first: under load a few stay busy (and
                 # need no ping, below), the rest idle until they are needed or recycled.
                 pool_use_lifo=True,
@@ -158,6 +164,44 @@ def transaction(url: str | None = None) -> Iterator[Session]:
         callbacks: list[Callable[[], None]] = session.info.pop(_AFTER_COMMIT, [])
     for callback in callbacks:
         callback()
+
+
+def pipelined(
+    statements: Sequence[tuple[str, Mapping[str, Any]]], url: str | None = None
+) -> list[list[Any]]:
+    """Run the statements as one transaction in one round trip, on one of the same pool's
+    psycopg connections: each statement's rows (named tuples; every statement returns rows).
+    They go out together, prepared, in pipeline mode, and PostgreSQL runs
+    everything before the pipeline's Sync as one implicit transaction, committed at the Sync,
+    or rolled back as a whole when one statement fails (raised here). A transaction() takes a
+    round trip a statement, plus BEGIN and COMMIT. For the statements every step runs
+    (pipeline/engine/step_sql.py). A connection that broke is dropped from the pool."""
+    pooled = get_engine(url).raw_connection()
+    connection: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
+    try:
+        connection.autocommit = True  # no BEGIN: the Sync ends the implicit transaction
+        if len(statements) == 1:  # a transaction of its own already: no pipeline to keep
+            ((sql, params),) = statements
+            cursor = connection.cursor(row_factory=namedtuple_row)
+            return [cursor.execute(sql, params, prepare=True).fetchall()]
+        cursors = []
+        with connection.pipeline():
+            for sql, params in statements:
+                cursor = connection.cursor(row_factory=namedtuple_row)
+                cursor.execute(sql, params, prepare=True)
+                cursors.append(cursor)
+        return [cursor.fetchall() for cursor in cursors]
+    except BaseException:
+        if connection.broken:
+            pooled.invalidate()
+        raise
+    finally:
+        try:
+            if not connection.closed:
+                connection.autocommit = False  # as SQLAlchemy's sessions expect it
+        except psycopg.Error:  # still mid-statement (an interrupt): not fit to go back
+            pooled.invalidate()
+        pooled.close()
 
 
 @contextmanager

@@ -1,5 +1,15 @@
-"""One root exception for nightshift; the docstring is each error's default message. And what
-a message may say: URLs without their credentials and query strings."""
+"""nightshift's errors, in two roots; the docstring is each error's default message. And what a
+message may say: URLs without their credentials and query strings.
+
+NightshiftError (an Exception) is the root of every error. Each error derives from one base that
+says what the caller can do: NotFound (Gone), Invalid (TooLarge, Malformed, UnsupportedMediaType),
+Conflict, Refused, Unauthenticated, Unavailable, Misconfigured or Failed; the API answers each
+base with one status (pipeline/api/base.py, the only place statuses come from). Errors specific
+to one module derive from a base there; tests/unit/test_error_hierarchy.py keeps it so.
+
+StopStep (a BaseException) is the root of the stop signals: LeaseLost, StepTimeUp, RunStopped
+(and ParkRun in the engine). They end a step past any `except Exception` in an agent or a
+tool; only the engine raises and catches them."""
 
 from __future__ import annotations
 
@@ -14,68 +24,182 @@ class NightshiftError(Exception):
         super().__init__(message or (self.__doc__ or "").strip())
 
 
-class SettingsError(NightshiftError):
+# -- the bases: what the caller can do about it (the API answers each with one status) -------
+
+
+class NotFound(NightshiftError):
+    """Nothing has that name or id."""
+
+
+class Gone(NotFound):
+    """It existed, but is gone (deleted by retention, or lost)."""
+
+
+class Invalid(NightshiftError):
+    """What was given is wrong: fix it and ask again."""
+
+
+class TooLarge(Invalid):
+    """What was given is larger than the limit."""
+
+
+class Malformed(Invalid):
+    """What was sent cannot be read at all (not JSON, not a form, a header that is no number)."""
+
+
+class UnsupportedMediaType(Invalid):
+    """What was sent is not of a type this accepts (its Content-Type)."""
+
+
+class Conflict(NightshiftError):
+    """The record is not in a state that allows this, or disagrees with what was given."""
+
+
+class Refused(NightshiftError):
+    """The caller may not do this."""
+
+
+class Unauthenticated(NightshiftError):
+    """The request proves no one (a missing or wrong credential or signature)."""
+
+    scheme: str | None = None
+    """The credential that would prove someone, when one would (an HTTP answer names it in
+    WWW-Authenticate)."""
+
+
+class Unavailable(NightshiftError):
+    """Something this needs is not there now (a service, a setting, a model): not the caller's
+    mistake; it may work later, or on a deployment that has it."""
+
+
+class Misconfigured(NightshiftError):
+    """nightshift, an agent or a schedule is set up wrongly: the deployment must change."""
+
+
+class Failed(NightshiftError):
+    """An operation failed in a way none of the other bases describes."""
+
+
+# -- the errors ----------------------------------------------------------------------------
+
+
+class SettingsError(Misconfigured):
     """A setting in the environment is missing or malformed."""
 
 
-class DefinitionError(NightshiftError):
+class DefinitionError(Misconfigured):
     """An agent or a tool is defined wrongly."""
 
 
-class ServiceError(NightshiftError):
-    """An embedded service could not be started or reached."""
+class ServiceError(Failed):
+    """An embedded service could not be started or reached.
+
+    Failed rather than Unavailable: its message quotes the service's log, which is for the
+    operator (the API logs it and answers 500 without it)."""
 
 
-class UnknownAgent(NightshiftError):
-    """No agent is registered under that name."""
+class UnknownAgent(Invalid):
+    """No agent is registered under that name.
+
+    Invalid rather than NotFound: the name is a field of what the caller sent (a run's
+    `agent`), so the API answers 422 like any other field it cannot accept."""
 
 
-class UnknownAction(NightshiftError):
+class UnknownAction(NotFound):
     """No action has that idempotency key."""
 
 
-class NoModel(NightshiftError):
-    """The agent has no script and no model is configured (ANTHROPIC_API_KEY)."""
+class UnknownBatch(NotFound):
+    """No batch has that id."""
 
 
-class InvalidInput(NightshiftError):
-    """The run's input does not match the agent's schema."""
+class UnknownArtifact(NotFound):
+    """The run has no artifact with that id."""
 
 
-class InputTooLarge(InvalidInput):
-    """The run's input is larger than the configured limit."""
+class UnknownSchedule(NotFound):
+    """No schedule has that name."""
 
 
-class RunNotFound(NightshiftError):
+class UnknownToken(NotFound):
+    """No token has that id or prefix."""
+
+
+class UnknownEventSource(NotFound):
+    """No agent takes events from that source."""
+
+
+class RunNotFound(NotFound):
     """No run has that id."""
 
 
-class StatusConflict(NightshiftError):
+class NoModel(Unavailable):
+    """The agent has no script and no model is configured (ANTHROPIC_API_KEY)."""
+
+
+class InvalidInput(Invalid):
+    """The run's input does not match the agent's schema."""
+
+
+class InputTooLarge(TooLarge, InvalidInput):
+    """The run's input is larger than the configured limit."""
+
+
+class StatusConflict(Conflict):
     """The record is not in a state that allows this transition."""
 
 
-class DatabaseUnavailable(NightshiftError):
+class DatabaseUnavailable(Unavailable):
     """PostgreSQL could not be reached to claim the run: nothing was done."""
 
 
-class NonDeterminism(NightshiftError):
+class NonDeterminism(Conflict):
     """The journal holds a different step than the code now asks for."""
 
 
-class TemporaryError(NightshiftError):
+class TemporaryError(Unavailable):
     """A temporary failure that is worth retrying (timeout, connection, 429, 5xx)."""
 
 
-class PermanentError(NightshiftError):
+class PermanentError(Failed):
     """A failure that retrying cannot fix (400, 401, 403, 404, schema errors)."""
 
 
-class LookupUnsupported(NightshiftError):
+class LookupUnsupported(Failed):
     """The service cannot say what happened under a key."""
 
 
+class NotConfigured(Unavailable):
+    """A setting the run's tools cannot work without is not set where the worker runs.
+
+    An error a tool raises (or the engine, before the first step, for a tool's `needs`): the
+    engine turns it into the stop signal RunStopped with reason `config`, so the run fails at
+    once, before anything is sent; nothing about the action's key is recorded as failed, so
+    setting the variable and starting again is enough.
+    """
+
+    def __init__(self, variables: str | tuple[str, ...], needed_by: str) -> None:
+        names = (variables,) if isinstance(variables, str) else variables
+        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        verb = "is" if len(names) == 1 else "are"
+        them = "it" if len(names) == 1 else "them"
+        super().__init__(
+            f"{which} {verb} not set where the worker runs: {needed_by} cannot work without "
+            f"{them}; set {them} for the workers and start the run again"
+        )
+        self.variables = names
+
+    def stop(self) -> RunStopped:
+        """The stop signal that ends the run: reason `config`, this message."""
+        return RunStopped("config", str(self))
+
+
+# -- the second root: stop signals ---------------------------------------------------------
+
+
 class StopStep(BaseException):
-    """The step must stop now.
+    """The step must stop now: the root of the stop signals, the engine's own control flow
+    (nothing an agent or a tool raises, except through NotConfigured).
 
     Derives from BaseException so that an agent's or tool's `except Exception` cannot swallow it.
     """
@@ -91,31 +215,12 @@ class StepTimeUp(StopStep):
 
 
 class RunStopped(StopStep):
-    """The run must stop now (cancelled, or past its deadline): no further model or tool call."""
+    """The run must stop now (cancelled, past its deadline or a budget, a setting missing): no
+    further model or tool call."""
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
-
-
-class NotConfigured(RunStopped):
-    """A setting the run's tools cannot work without is not set where the worker runs.
-
-    The run fails at once with reason `config`, before anything is sent; nothing about the
-    action's key is recorded as failed, so setting the variable and starting again is enough.
-    """
-
-    def __init__(self, variables: str | tuple[str, ...], needed_by: str) -> None:
-        names = (variables,) if isinstance(variables, str) else variables
-        which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        verb = "is" if len(names) == 1 else "are"
-        them = "it" if len(names) == 1 else "them"
-        super().__init__(
-            "config",
-            f"{which} {verb} not set where the worker runs: {needed_by} cannot work without "
-            f"{them}; set {them} for the workers and start the run again",
-        )
-        self.variables = names
 
 
 # -- URLs as they may be shown: credentials out of reprs, errors and the journal ---------------

@@ -51,6 +51,15 @@ RUNS_FINISHED = Counter(
     "nightshift_runs_finished", "Runs that ended, by agent, status and stop reason.",
     ["agent", "status", "reason"],
 )  # fmt: skip
+VERSION_CHANGES = Counter(
+    "nightshift_run_version_changes", "Steps that ran a run under another agent version than "
+    "its last step (a new release resumed it), by agent.", ["agent"],
+)  # fmt: skip
+NON_DETERMINISM = Counter(
+    "nightshift_non_determinism", "Replayed journal entries the agent's current version no "
+    "longer matches (a tool gone, arguments its schema refuses, a side effect's service "
+    "changed), by agent and kind.", ["agent", "kind"],
+)  # fmt: skip
 RESUMPTIONS = Counter(
     "nightshift_resumptions", "Takeovers: a run whose worker was lost, claimed again, by cause.",
     ["cause"],

@@ -6,7 +6,8 @@ Action keys: `<namespace>:<key>` (the namespace is the agent's name unless the s
 names a shared one).
 Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
 what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing),
-`conflict:<action key>` (another run owns that key).
+`conflict:<action key>` (another run owns that key), `model:<model>` (the model provider is
+down: waiting out the outage).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
 `<batch>:synthesis`.
 """
@@ -98,13 +99,19 @@ class WaitKind(StrEnum):
     CONFLICT = "conflict"
     """Another run owns the action's key and may still send it: wait until it is settled
     (done, failed, rejected or released), or for a person to cancel this run."""
+    MODEL = "model"
+    """The model provider kept failing: the tick wakes the run once a probe got a reply."""
+    VERSION = "version"
+    """The agent changed under the run (its policy parks it, or a journaled call names a tool
+    it no longer has): a person allows it to go on under this version, or cancels it."""
 
 
 @dataclass(frozen=True)
 class Wait:
     kind: WaitKind
     ref: str
-    """The action's idempotency key, or the timer's tool_use_id."""
+    """The action's idempotency key, the timer's tool_use_id, the model's name, or the agent
+    version."""
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.ref}"
@@ -118,14 +125,6 @@ class Wait:
     def action_key(self) -> str | None:
         """The action a person decides, for the waits a person settles."""
         return self.ref if self.kind in (WaitKind.APPROVAL, WaitKind.ACTION) else None
-
-    @property
-    def on_action(self) -> str | None:
-        """The action whose state settles this wait, for every wait on an action."""
-        return self.ref if self.kind in _ON_ACTION else None
-
-
-_ON_ACTION = (WaitKind.APPROVAL, WaitKind.ACTION, WaitKind.CONFLICT)
 
 
 def approval_wait(action_key: str) -> Wait:
@@ -146,6 +145,18 @@ def retry_wait(action_key: str) -> Wait:
 
 def conflict_wait(action_key: str) -> Wait:
     return Wait(WaitKind.CONFLICT, action_key)
+
+
+def model_wait(model: str) -> Wait:
+    return Wait(WaitKind.MODEL, model)
+
+
+MODEL_WAIT_PREFIX = f"{WaitKind.MODEL}:"
+"""What `waiting_on` starts with for every run waiting on a model provider (SQL LIKE)."""
+
+
+def version_wait(agent_version: str) -> Wait:
+    return Wait(WaitKind.VERSION, agent_version)
 
 
 # -- run keys --------------------------------------------------------------------------------

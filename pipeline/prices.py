@@ -24,9 +24,20 @@ class ModelPrice:
     """Tokens read from the prompt cache (the API charges 0.1x input)."""
 
     @classmethod
-    def from_input_output(cls, input: float, output: float) -> ModelPrice:
-        """The Messages API's cache multipliers applied to an input price."""
-        return cls(input, output, cache_write=input * 1.25, cache_read=input * 0.1)
+    def from_input_output(
+        cls,
+        input: float,
+        output: float,
+        cache_write: float | None = None,
+        cache_read: float | None = None,
+    ) -> ModelPrice:
+        """Cache prices not given are the Messages API's multipliers of the input price."""
+        return cls(
+            input,
+            output,
+            cache_write=input * 1.25 if cache_write is None else cache_write,
+            cache_read=input * 0.1 if cache_read is None else cache_read,
+        )
 
     def cost_usd(self, usage: Mapping[str, Any]) -> float:
         """The cost of one reply's `usage` (the API's field names; input excludes the cache)."""
@@ -77,14 +88,10 @@ def _price(name: str, model: str, entry: object) -> ModelPrice:
     for price_field, value in entry.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise SettingsError(f"{name}: {model!r} {price_field} must be a non-negative number")
-    base = ModelPrice.from_input_output(float(entry["input"]), float(entry["output"]))
-    return ModelPrice(
-        base.input,
-        base.output,
-        cache_write=float(entry.get("cache_write", base.cache_write)),
-        cache_read=float(entry.get("cache_read", base.cache_read)),
+    write, read = entry.get("cache_write"), entry.get("cache_read")
+    return ModelPrice.from_input_output(
+        float(entry["input"]),
+        float(entry["output"]),
+        None if write is None else float(write),
+        None if read is None else float(read),
     )
-
-
-DEFAULT_PRICES = PriceTable(ModelPrice.from_input_output(3.0, 15.0))
-"""Claude Sonnet's list prices, for any model NIGHTSHIFT_MODEL_PRICES does not name."""

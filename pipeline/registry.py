@@ -12,14 +12,19 @@ or, without packaging, `NIGHTSHIFT_AGENTS=my_module:AGENT,other_module:AGENT`.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import (
+    PackageNotFoundError,
+    entry_points,
+    packages_distributions,
+    version,
+)
 
-from pipeline.agent import Agent, EventSource
-from pipeline.errors import NightshiftError, UnknownAgent
+from pipeline.agent_definition import Agent, EventSource
+from pipeline.errors import Misconfigured, UnknownAgent, UnknownEventSource
+from pipeline.settings import Settings, get_settings
 
 ENTRY_POINT_GROUP = "nightshift.agents"
 AGENTS_ENV = "NIGHTSHIFT_AGENTS"
@@ -29,15 +34,11 @@ HOW_TO_REGISTER = (
 )
 
 
-class RegistryError(NightshiftError):
+class RegistryError(Misconfigured):
     """An agent could not be registered."""
 
 
-class UnknownEventSource(NightshiftError):
-    """No agent takes events from that source."""
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Registered:
     agent: Agent
     path: str
@@ -47,6 +48,12 @@ class Registered:
     package: str
     """The distribution that declares it (`nightshift 0.1.0`), or its module for
     NIGHTSHIFT_AGENTS."""
+    release: str
+    """The version of the distribution its module comes from (`0.1.0`), `unpackaged` if none."""
+
+    def version(self, model: str) -> str:
+        """The agent version a run records: `0.1.0+<digest of what changes behaviour>`."""
+        return f"{self.release}+{self.agent.behaviour_digest(model)}"
 
 
 @dataclass(frozen=True)
@@ -81,19 +88,23 @@ class _Declared:
     """The entry point's name, which must be the agent's name."""
     package: str | None = None
     """The declaring distribution and its version."""
+    release: str | None = None
+    """The declaring distribution's version alone."""
 
 
-def _declared(env: Mapping[str, str]) -> list[_Declared]:
+def _declared(agents: str) -> list[_Declared]:
+    """The entry points, then the `module:ATTR` paths listed in NIGHTSHIFT_AGENTS (`agents`)."""
     declared = [
         _Declared(
             point.value,
             f"entry point {point.name!r} of {point.dist.name if point.dist else 'a package'}",
             point.name,
             f"{point.dist.name} {point.dist.version}" if point.dist else None,
+            point.dist.version if point.dist else None,
         )
         for point in entry_points(group=ENTRY_POINT_GROUP)
     ]
-    for path in (env.get(AGENTS_ENV) or "").split(","):
+    for path in agents.split(","):
         if path.strip():
             declared.append(_Declared(path.strip(), AGENTS_ENV))
     return declared
@@ -141,8 +152,11 @@ def build(declared: Iterable[_Declared]) -> Registry:
                 f"two agents are named {agent.name!r}: {seen.path} ({seen.source}) and "
                 f"{item.path} ({item.source})"
             )
-        package = item.package or item.path.partition(":")[0]
-        agents.setdefault(agent.name, Registered(agent, item.path, item.source, package))
+        module = item.path.partition(":")[0]
+        registered = Registered(
+            agent, item.path, item.source, item.package or module, item.release or _release(module)
+        )
+        agents.setdefault(agent.name, registered)
     sources: dict[str, tuple[Agent, EventSource]] = {}
     for registered in agents.values():
         for source in registered.agent.event_sources:
@@ -156,14 +170,50 @@ def build(declared: Iterable[_Declared]) -> Registry:
     return Registry(agents, sources)
 
 
+def _release(module: str) -> str:
+    """The version of the installed distribution that provides `module` (a NIGHTSHIFT_AGENTS
+    path: an entry point names its distribution)."""
+    top = module.partition(".")[0]
+    for distribution in _distributions().get(top, ()):
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return "unpackaged"
+
+
+@cache
+def _distributions() -> Mapping[str, list[str]]:
+    """Top-level module -> distributions: reading every installed one's metadata takes half a
+    second, so once a process."""
+    return packages_distributions()
+
+
 @cache
 def registry() -> Registry:
     """This process's agents, loaded on first use."""
-    return build(_declared(os.environ))
+    return build(_declared(get_settings().agents))
 
 
 def get_agent(name: str) -> Agent:
     return registry().agent(name)
+
+
+def agent_version(name: str) -> str:
+    """The version of agent `name` as this process runs it (UnknownAgent if it has none)."""
+    registry().agent(name)  # UnknownAgent, naming the known ones
+    return _version_of(registry().agents[name], model_of_runs(get_settings()))
+
+
+@cache
+def _version_of(registered: Registered, model: str) -> str:
+    """Once a process: hashing the definition costs a quarter of a millisecond a step."""
+    return registered.version(model)
+
+
+def model_of_runs(settings: Settings) -> str:
+    """What answers a run's model calls here: the configured model, else the agent's script."""
+    return settings.model_name if settings.anthropic_api_key else "script"
 
 
 def agent_names() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import random
 import time
 from collections.abc import Callable
@@ -39,6 +40,26 @@ def classify(exc: BaseException) -> TemporaryError | PermanentError:
     if name in ("APITimeoutError", "APIConnectionError"):  # anthropic's transport errors
         return TemporaryError(f"{name}: {_short(exc)}")
     return PermanentError(f"{name}: {_short(exc)}")
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds a reply asked to wait before the next request, if it said: `retry-after-ms`
+    first, then `retry-after` in seconds or as an HTTP date (as the anthropic SDK reads them;
+    its exceptions and httpx's carry the response)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    try:
+        return max(0.0, float(headers.get("retry-after-ms")) / 1000)
+    except (TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        pass
+    parsed = email.utils.parsedate_tz(value) if isinstance(value, str) else None
+    return None if parsed is None else max(0.0, email.utils.mktime_tz(parsed) - time.time())
 
 
 def _short(exc: BaseException) -> str:

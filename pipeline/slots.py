@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pipeline.errors import NightshiftError
+from pipeline.errors import Misconfigured
 
 # Long enough to find a slot of any schedule that fires at all (29 February needs 8 years).
 _SEARCH_DAYS = 8 * 366
@@ -27,7 +27,7 @@ _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 _DAY_WORDS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 
 
-class ScheduleError(NightshiftError):
+class ScheduleError(Misconfigured):
     """The schedule definition is invalid."""
 
 
@@ -218,6 +218,23 @@ class Schedule:
             return cls(**fields)
         except (ValueError, TypeError) as exc:
             raise ScheduleError(f"schedule {name!r} in the schedules file: {exc}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        """This schedule as a schedules-file entry: `from_json` reads it back unchanged."""
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "agent": self.agent,
+            **{name: getattr(self, name) for name in _FIELDS},
+            "timezone": self.timezone.key,
+            "params": dict(self.params),
+            "missed": self.missed.value,
+            "catch_up_minutes": self.catch_up.total_seconds() / 60,
+            "overlap": self.overlap.value,
+            "notify_url": self.notify_url,
+        }
+        if self.deadline is not None:
+            entry["deadline_minutes"] = self.deadline.total_seconds() / 60
+        return entry
 
     # -- slots (UTC instants) --
 

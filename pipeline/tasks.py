@@ -10,24 +10,39 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery.exceptions import Reject
-from celery.signals import worker_init, worker_ready, worker_shutdown
+from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
+from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.app import app, send_step
 from pipeline.engine.holders import holder_here
-from pipeline.engine.notify import deliver
-from pipeline.engine.step import Outcome
+from pipeline.engine.llm import load_sdk
+from pipeline.engine.notification_sender import deliver
+from pipeline.engine.sender_pool import senders
+from pipeline.engine.step import StepOutcome
 from pipeline.engine.time_limit import execute_bounded_step
-from pipeline.errors import DatabaseUnavailable
+from pipeline.errors import DatabaseUnavailable, NightshiftError
+from pipeline.logs import redact_http_logs
+from pipeline.reachability import BROKER, DATABASE
 from pipeline.registry import registry
-from pipeline.runs import cancel, events, retention, schedules, start, tick, workers
+from pipeline.runs import (
+    cancel,
+    external_events,
+    published_outcomes,
+    retention,
+    schedule_list,
+    schedules,
+    start,
+    tick,
+    workers,
+)
 from pipeline.runs.deadlines import parse_deadline
 from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
 
 REQUEUE_PAUSE_SECONDS = 1.0
-UNKNOWN_AGENT_HANDOFFS = 20
-"""Deliveries to workers without the run's agent before the run fails (`unknown_agent`)."""
+HANDOFF_PAUSE_SECONDS = 1.0
+"""Between two deliveries of a step to workers without its agent."""
 
 
 def worker_id() -> str:
@@ -35,10 +50,50 @@ def worker_id() -> str:
 
 
 @worker_init.connect
+def _redact_http_logs(**_: Any) -> None:
+    redact_http_logs()
+
+
+@worker_init.connect
 def _load_agents(**_: Any) -> None:
     """A worker with a broken agent registration stops at start, saying which and why."""
-    names = sorted(registry().agents)
-    log.info("agents registered on this worker: %s", ", ".join(names) or "none")
+    registry()
+
+
+@worker_init.connect
+def _load_model_sdk(**_: Any) -> None:
+    load_sdk(get_settings())
+
+
+@worker_ready.connect
+def _say_agents(**_: Any) -> None:
+    """Which agents this worker runs, and the settings their tools need that it lacks (said
+    once Celery's logging is set up: worker_init comes before it)."""
+    agents = registry().agents
+    log.info("agents registered on this worker: %s", ", ".join(sorted(agents)) or "none")
+    settings = get_settings()
+    for name in sorted(agents):
+        unset = agents[name].agent.unset_needs(settings.is_set)
+        if unset:
+            missing = ", ".join(f"{variable} ({tool})" for variable, tool in unset)
+            log.warning(
+                "agent %s: %s not set on this worker; its runs fail here (reason config)",
+                name,
+                missing,
+            )
+
+
+@beat_init.connect
+def _store_schedules(**_: Any) -> None:
+    """The schedules this beat fires by, stored for the workers that check them and for
+    `schedules list`: a worker without the schedules file fires what beat has."""
+    try:
+        ours = schedule_list.load_schedules()
+        schedule_list.store_for_beat(ours, worker_id())
+    except (NightshiftError, SQLAlchemyError) as exc:
+        log.error("beat could not store its schedules (workers check their own): %s", exc)
+        return
+    log.info("beat stored its %d schedules: %s", len(ours), ", ".join(s.name for s in ours))
 
 
 _presence: list[workers.Presence] = []
@@ -79,9 +134,9 @@ def start_run(
 
 @app.task(name="pipeline.notify", ignore_result=True)
 def notify(notification_id: int) -> str:
-    """Send one completion webhook (a run's or a batch's notify_url), or skip it if another
-    sender holds it or it was delivered."""
-    return deliver(notification_id).value
+    """Hand one completion webhook (a run's or a batch's notify_url) to this worker's senders,
+    off the step threads; when they are all busy, the tick sends it again later."""
+    return "queued" if senders().hand_off(deliver, notification_id) else "busy"
 
 
 @app.task(
@@ -90,8 +145,9 @@ def notify(notification_id: int) -> str:
     acks_late=True,
     # Nobody reads a step's return value: storing it would fill the noeviction Redis.
     ignore_result=True,
+    # Its max_retries (NIGHTSHIFT_WORKER_LOST_MAX_RETRIES) is an annotation in celeryconfig:
+    # the settings are read when Celery configures itself, not when this module is imported.
     retry_on_worker_lost=True,
-    max_retries=get_settings().worker_lost_max_retries,
     default_retry_delay=1,
 )
 def step(
@@ -104,35 +160,78 @@ def step(
 ) -> str:
     """One durable step of a run. agent, step and batch are labels for Flower; handoffs counts
     the workers that did not know the agent."""
-    leave = handoffs < UNKNOWN_AGENT_HANDOFFS
+    settings = get_settings()
+    # A count of hand-offs a second apart, so that a mixed fleet has the whole window to start
+    # a worker that has the agent (kept in the message: no worker has to remember it).
+    leave = handoffs * HANDOFF_PAUSE_SECONDS < settings.unknown_agent_seconds
     try:
         result = execute_bounded_step(
-            uuid.UUID(run_id), worker_id(), get_settings(), leave_unknown_agent=leave
+            uuid.UUID(run_id), worker_id(), settings, leave_unknown_agent=leave
         )
-    except DatabaseUnavailable as exc:
-        # Back in the queue for a worker that reaches PostgreSQL (acknowledged, the message
-        # would be lost until the tick re-sends the run); after a pause, so that a worker cut
-        # off from the database does not spin on the queue.
-        time.sleep(REQUEUE_PAUSE_SECONDS)
-        raise Reject(str(exc), requeue=True) from exc
-    if result.outcome is Outcome.UNKNOWN_AGENT:
+    except Exception as exc:
+        if BROKER.is_outage(exc):  # the step committed; the tick sends its run again
+            BROKER.failed(exc)
+            return "next step not sent"
+        outage = DATABASE.is_outage(exc)
+        if outage:  # said once per outage, instead of Celery's traceback per message
+            DATABASE.failed(exc)
+        if isinstance(exc, DatabaseUnavailable):  # no claim: nothing was done
+            if not outage:  # every kept connection stayed busy for a lease
+                log.warning("%s; sending the step again", exc)
+            return _send_again(exc, run_id, agent, step, batch, handoffs)
+        if not outage:
+            raise
+        # PostgreSQL went away mid-step: what the step did after its last commit is undone
+        # and its lease lapses; the tick then hands the run to a worker.
+        return "database_unreachable"
+    DATABASE.reached()
+    BROKER.reached()  # its message came, and any message it sent went
+    if result.outcome is StepOutcome.UNKNOWN_AGENT:
         send_step(
             result.run_id,
             agent=agent or "",
             step=step or 0,
             batch=batch,
             handoffs=handoffs + 1,
-            countdown=1.0,
+            countdown=HANDOFF_PAUSE_SECONDS,
         )
     return result.outcome.value
+
+
+def _send_again(
+    exc: DatabaseUnavailable,
+    run_id: str,
+    agent: str | None,
+    step: int | None,
+    batch: str | None,
+    handoffs: int,
+) -> str:
+    """Back in the queue for a worker that reaches PostgreSQL (dropped, the message would be
+    lost until the tick re-sends the run); after a pause, so that a worker cut off from the
+    database does not spin on the queue. Sent again rather than rejected: Celery logs every
+    rejection with a traceback."""
+    time.sleep(REQUEUE_PAUSE_SECONDS)
+    try:
+        send_step(uuid.UUID(run_id), agent=agent or "", step=step or 0, batch=batch,
+                  handoffs=handoffs)  # fmt: skip
+    except Exception:  # the broker is away too: Celery puts the message back itself
+        raise Reject(str(exc), requeue=True) from None
+    return "requeued"
 
 
 # Control tasks send no task events: Flower's task list (it is built from events) then shows
 # steps and entry points, not a tick every few seconds. Their logs still show each one.
 @app.task(name="pipeline.tick", ignore_result=True, send_events=False)
 def tick_task() -> dict[str, int]:
+    # PostgreSQL away (said once, not a traceback a tick): the next tick finds what this missed.
+    return DATABASE.attempt(_tick_once) or {}
+
+
+def _tick_once() -> dict[str, int]:
     report = tick.tick()
+    published = published_outcomes.publish_outcomes()
     return {
+        "outcomes_published": published,
         "resumed": len(report.resumed),
         "woken": len(report.woken),
         "expired": len(report.expired),
@@ -143,14 +242,16 @@ def tick_task() -> dict[str, int]:
 @app.task(name="pipeline.fire_schedules", ignore_result=True, send_events=False)
 def fire_schedules() -> dict[str, int]:
     """Beat's schedule check: fire due slots once each (Postgres decides which are due)."""
-    report = schedules.check_schedules(now=datetime.now(UTC))
+    report = DATABASE.attempt(lambda: schedules.check_schedules(now=datetime.now(UTC)))
+    if report is None:  # PostgreSQL away: a slot missed now is still due at the next check
+        return {}
     return {"decisions": len(report.decisions), "errors": len(report.errors)}
 
 
 @app.task(name="pipeline.start_from_event")
 def start_from_event(source: str, event_id: str, payload: dict[str, Any]) -> str:
     """Start a run from another service's event: repeated deliveries return the same run id."""
-    return str(events.start_from_event(source, event_id, payload).run_id)
+    return str(external_events.start_from_event(source, event_id, payload).run_id)
 
 
 # No `pipeline.decide` task: a Celery message carries no credential (anyone who can write to
@@ -159,14 +260,26 @@ def start_from_event(source: str, event_id: str, payload: dict[str, Any]) -> str
 # through the operator CLI, which records the OS user (docs/security.md).
 
 
+BROKER_CLIENT = "broker client"
+"""Who cancelled, as a run records a cancellation sent through the broker."""
+
+
 @app.task(name="pipeline.cancel_run")
-def cancel_run(run_id: str, by: str) -> str:
-    """Cancel a run: a waiting one at once, a running one before its next model or tool call."""
-    return cancel.cancel_run(uuid.UUID(run_id), by).status.value
+def cancel_run(run_id: str, by: str | None = None) -> str:
+    """Cancel a run: a waiting one at once, a running one before its next model or tool call.
+    Recorded as cancelled by BROKER_CLIENT: a message carries no credential, so `by` is
+    whatever its sender wrote (still accepted, and ignored)."""
+    return cancel.cancel_run(uuid.UUID(run_id), BROKER_CLIENT).status.value
 
 
 @app.task(name="pipeline.cleanup", ignore_result=True, send_events=False)
 def cleanup() -> dict[str, int]:
-    """Daily retention: compact old finished runs that owe nothing to anyone."""
-    report = retention.cleanup()
-    return {"compacted": len(report.compacted), "kept": len(report.kept)}
+    """Daily retention: redact old finished runs, delete old compact records."""
+    report = DATABASE.attempt(retention.cleanup)
+    if report is None:  # PostgreSQL away: tomorrow's cleanup does today's too
+        return {}
+    return {
+        "compacted": len(report.compacted),
+        "deleted": len(report.deleted),
+        "kept": len(report.kept),
+    }

@@ -2,7 +2,8 @@
 database per test cloned from a migrated template, and real `celery worker` subprocesses.
 
 Configure with NIGHTSHIFT_DATABASE_URL / NIGHTSHIFT_BROKER_URL (CI does); with neither set,
-the embedded services are started. The tests use Redis database 9 and a queue of their own.
+the embedded services are started (under pytest-xdist, by the controller: its workers inherit
+the URLs it found). The tests use Redis database 9 and a queue of their own.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import itertools
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
 import pytest
 import redis
 
@@ -56,7 +57,7 @@ def _schedules_off() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     global _SERVICES
     _SERVICES = _discover_services()
-    # Before anything imports celeryconfig: the app reads these once.
+    # Before the Celery app configures itself (first use): it reads these then, once.
     os.environ["NIGHTSHIFT_BROKER_URL"] = _SERVICES.broker
     os.environ["NIGHTSHIFT_DATABASE_URL"] = _SERVICES.database
     os.environ.setdefault("NIGHTSHIFT_LEASE_SECONDS", "4")
@@ -66,8 +67,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # The shipped nightly schedules stay off in tests: a test that happens to run at 02:00
     # Berlin time must not find an extra nightly run. Tests of schedules bring their own file.
     os.environ.setdefault("NIGHTSHIFT_SCHEDULES_FILE", str(_schedules_off()))
-    # A queue of this session's own: other test sessions may share the Redis database.
+    # A queue of this session's own: other test sessions may share the Redis database. Under
+    # pytest-xdist each worker process inherits the controller's and adds its own name to it.
     os.environ.setdefault("NIGHTSHIFT_QUEUE", f"nightshift-test-{os.getpid()}")
+    xdist_worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if xdist_worker:
+        os.environ["NIGHTSHIFT_QUEUE"] += f"-{xdist_worker}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -85,26 +90,17 @@ def services() -> ServiceUrls:
     return _SERVICES
 
 
-def _admin(services: ServiceUrls) -> psycopg.Connection:
-    return psycopg.connect(services.admin_conninfo("postgres"), autocommit=True)
-
-
 @pytest.fixture(scope="session")
 def template_db(services: ServiceUrls) -> Iterator[str]:
     """A database migrated to head once per session; each test clones it."""
-    from pipeline.migrate import upgrade
+    from pipeline.db import dispose_all
+    from pipeline.migrate import fresh_database, upgrade
 
     name = f"ns_tpl_{os.getpid()}"
-    with _admin(services) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    upgrade(services.database_url(name))
-    from pipeline.db import dispose_all
-
-    dispose_all()
-    yield name
-    with _admin(services) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(services.database_url(name)) as url:
+        upgrade(url)
+        dispose_all()
+        yield name
 
 
 @pytest.fixture
@@ -113,23 +109,66 @@ def db_url(
 ) -> Iterator[str]:
     """A fresh database for this test; the environment and settings point at it."""
     from pipeline.db import dispose_all
+    from pipeline.migrate import fresh_database
     from pipeline.settings import get_settings
 
     name = f"ns_t_{os.getpid()}_{next(_counter)}"
-    with _admin(services) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    url = services.database_url(name)
-    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
-    monkeypatch.setenv("NIGHTSHIFT_DATA_DIR", str(tmp_path / "data"))
-    get_settings.cache_clear()
-    client = redis.Redis.from_url(services.broker)
-    client.delete(os.environ["NIGHTSHIFT_QUEUE"])  # messages left by the previous test
-    client.close()
-    yield url
-    dispose_all()
-    get_settings.cache_clear()
-    with _admin(services) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(services.database_url(name), template=template_db) as url:
+        monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
+        monkeypatch.setenv("NIGHTSHIFT_DATA_DIR", str(tmp_path / "data"))
+        get_settings.cache_clear()
+        client = redis.Redis.from_url(services.broker)
+        client.delete(os.environ["NIGHTSHIFT_QUEUE"])  # messages left by the previous test
+        client.close()
+        yield url
+        _wait_for_connections_returned(url)
+        dispose_all()
+        get_settings.cache_clear()
+
+
+def _wait_for_connections_returned(url: str, timeout: float = 10.0) -> None:
+    """Disposing a pool closes only the connections checked in: one a thread of this process
+    (an API server's handler, a waiter) still holds would be checked in to the discarded pool
+    later and garbage-collected open, a ResourceWarning that fails whichever test runs then."""
+    from pipeline.db import get_engine
+
+    pool = get_engine(url).pool
+    deadline = time.monotonic() + timeout
+    while pool.checkedout() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pool.checkedout(), f"{pool.checkedout()} connection(s) still in use after the test"
+
+
+class _SettingsAwareMonkeyPatch(pytest.MonkeyPatch):
+    """A variable set or removed is seen at once by the settings, which each process reads
+    once and caches (get_settings)."""
+
+    def setenv(self, name: str, value: str, prepend: str | None = None) -> None:
+        super().setenv(name, value, prepend)
+        self._reread()
+
+    def delenv(self, name: str, raising: bool = True) -> None:
+        super().delenv(name, raising)
+        self._reread()
+
+    def undo(self) -> None:
+        super().undo()
+        self._reread()
+
+    @staticmethod
+    def _reread() -> None:
+        from pipeline.settings import get_settings
+
+        get_settings.cache_clear()
+
+
+@pytest.fixture
+def monkeypatch() -> Iterator[pytest.MonkeyPatch]:
+    """pytest's own, made settings-aware: a test that sets NIGHTSHIFT_* in this process is not
+    read stale settings cached before it (the CI failures of test_wait and test_metrics)."""
+    patch = _SettingsAwareMonkeyPatch()
+    yield patch
+    patch.undo()
 
 
 @pytest.fixture
@@ -137,13 +176,16 @@ def register_agents(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., N
     """Register more agents by `module:ATTR` (NIGHTSHIFT_AGENTS), in this process and in the
     workers a test starts after calling it."""
     from pipeline.registry import registry
+    from pipeline.settings import get_settings
 
     def register(*paths: str) -> None:
         monkeypatch.setenv("NIGHTSHIFT_AGENTS", ",".join(paths))
+        get_settings.cache_clear()
         registry.cache_clear()
 
     yield register
     monkeypatch.delenv("NIGHTSHIFT_AGENTS", raising=False)
+    get_settings.cache_clear()
     registry.cache_clear()
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import BaseModel, Field
 
 from pipeline import (
@@ -19,13 +20,22 @@ from pipeline import (
     SideEffect,
     Slot,
     ToolContext,
+    check_back_in,
     once,
     text,
     tool,
     tool_use,
 )
 from pipeline.agents import nightly_report
-from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
+from pipeline.agents.documents import document_tool
+from pipeline.agents.services import (
+    EMAIL,
+    GITHOST,
+    email_effect,
+    find_open_pull,
+    open_pull_request,
+    send_email,
+)
 from pipeline.tools import Tool
 
 
@@ -106,6 +116,19 @@ ECHO = Agent(
     script=_echo_script,
 )
 
+
+def _shout_for_ever(conversation: Conversation) -> list[dict[str, Any]]:
+    """Shout once more every step, never done: only a limit ends its runs."""
+    step = len(conversation.tool_results())
+    return [tool_use(step, 0, "shout", {"word": f"again{step}"})]
+
+
+ENDLESS = dataclasses.replace(ECHO, name="endless_shout", script=_shout_for_ever, max_steps=200)
+ENDLESS_TOOL_CALLS = dataclasses.replace(ENDLESS, name="endless_tool_calls", max_tool_calls=3)
+ENDLESS_TOKENS = dataclasses.replace(ENDLESS, name="endless_tokens", max_run_tokens=400)
+ENDLESS_STEPS = dataclasses.replace(ENDLESS, name="endless_steps", max_steps=4)
+"""The same endless agent, each stopped by one per-run limit."""
+
 NOT_AN_AGENT = {"name": "a dict, not an agent"}
 
 LAZY_AS_REPORT = dataclasses.replace(LAZY_REPORT, name="nightly_report")
@@ -119,9 +142,9 @@ CAPPED_REPORT = dataclasses.replace(
 
 
 def _approval_without_effect() -> Tool:
-    """A tool that claims to need approval but has no side effect: tools.py refuses to define
-    one, so this one is forced past that check, as a tool from an older or patched release
-    might be. It must never run."""
+    """A tool that claims to need approval but has no side effect: `Tool` refuses to define one
+    (pipeline/tools/definition.py), so this one is forced past that check, as a tool from an
+    older or patched release might be. It must never run."""
 
     def grant(args: dict[str, Any], context: ToolContext) -> str:
         return "GRANTED WITHOUT APPROVAL"
@@ -289,4 +312,214 @@ NUMBERED_INVOICES = Agent(
     tools=(number_invoice,),
     input_schema={"type": "object"},
     script=_numbering_script,
+)
+
+
+# -- the notifier and its next releases (deploying while runs wait) -------------------------
+
+NOTICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"subject": {"type": "string"}, "body": {"type": "string"}},
+    "required": ["subject", "body"],
+    "additionalProperties": False,
+}
+
+
+def _notify_once(conversation: Conversation) -> list[dict[str, Any]]:
+    """Notify the team and note the incident in one reply, then say what came back."""
+    if not conversation.tool_results():
+        notice = {"subject": f"Incident {conversation.input['id']}", "body": "Resolved."}
+        return [tool_use(0, 0, "notify_team", notice), tool_use(0, 1, "note_incident", {})]
+    return [text(f"Notified: {conversation.tool_results()[0]['content']}")]
+
+
+@tool(
+    description="Note that the incident was handled (local, read-only).", schema={"type": "object"}
+)
+def note_incident(args: dict[str, Any], context: ToolContext) -> str:
+    return f"noted {context.run_input['id']}"
+
+
+def _notify_tool(
+    key: Callable[[dict[str, Any], ToolContext], str],
+    schema: dict[str, Any] = NOTICE_SCHEMA,
+    service: str = "email",
+) -> Tool:
+    def notify_team(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+        to = f"{context.run_input['team']}@example.com"
+        return send_email(context, to, args["subject"], args["body"])
+
+    effect = dataclasses.replace(email_effect(key), service=service)
+    made = tool(
+        description="Email the team a notification about the incident.",
+        schema=schema,
+        side_effect=effect,
+        needs=(EMAIL,),
+    )
+    return made(notify_team)
+
+
+def _by_id(args: dict[str, Any], context: ToolContext) -> str:
+    return f"{context.run_input['id']}"
+
+
+NOTIFIER = Agent(
+    name="notifier",
+    system="You tell the team about incidents.",
+    instructions="Notify the team once with notify_team, and note the incident.",
+    tools=(_notify_tool(_by_id), note_incident),
+    input_schema={"type": "object", "required": ["team", "id"]},
+    script=_notify_once,
+)
+NOTIFIER_REKEYED = dataclasses.replace(
+    NOTIFIER,
+    tools=(
+        _notify_tool(lambda a, c: f"{c.run_input['team']}-{c.run_input['id']}"),
+        note_incident,
+    ),
+)
+"""The next release: its key function went from `{id}` to `{team}-{id}` (a change the agent
+version does not see: code is not hashed)."""
+NOTIFIER_NEXT = dataclasses.replace(
+    NOTIFIER_REKEYED, instructions="Notify the team once with notify_team; note the incident."
+)
+"""The next release as a deployment meets it: the new key function and new instructions."""
+NOTIFIER_STRICTER = dataclasses.replace(
+    NOTIFIER,
+    tools=(
+        _notify_tool(
+            _by_id,
+            schema={**NOTICE_SCHEMA, "required": ["subject", "body", "severity"]},
+        ),
+        note_incident,
+    ),
+)
+"""The next release: notify_team's schema requires a severity the journaled call lacks."""
+NOTIFIER_TO_CHAT = dataclasses.replace(
+    NOTIFIER, tools=(_notify_tool(_by_id, service="chat"), note_incident)
+)
+"""The next release: notify_team's side effect is declared as another service."""
+
+
+def _notify_channel_once(conversation: Conversation) -> list[dict[str, Any]]:
+    """The renamed release: notify until one notification went through, then say so."""
+    if not any(not r.get("is_error") for r in conversation.tool_results()):
+        notice = {"subject": f"Incident {conversation.input['id']}", "body": "Resolved."}
+        return [tool_use(conversation.assistant_turns(), 0, "notify_channel", notice)]
+    return [text(f"Notified: {conversation.tool_results()[-1]['content']}")]
+
+
+def _renamed(policy: str) -> Agent:
+    """The next release: notify_team is notify_channel now, and the prompt is new."""
+    renamed = dataclasses.replace(_notify_tool(_by_id), name="notify_channel")
+    return dataclasses.replace(
+        NOTIFIER,
+        system="You tell the team about incidents, in one short line.",
+        tools=(renamed,),
+        script=_notify_channel_once,
+        on_version_change=policy,
+    )
+
+
+NOTIFIER_RENAMED = _renamed("continue")
+NOTIFIER_RENAMED_PARKS = _renamed("park")
+NOTIFIER_RENAMED_FAILS = _renamed("fail")
+
+NOTIFY_SUMMARY = Agent(
+    name="notify_summary",
+    system="You sum up a batch of notifications.",
+    instructions="Say how many incidents were notified.",
+    tools=(),
+    input_schema={"type": "object"},
+    script=lambda conversation: [text(f"{len(conversation.input['children'])} notified.")],
+)
+
+
+def _write_one_report(conversation: Conversation) -> list[dict[str, Any]]:
+    """Write the report (an artifact) in the first reply, then say so."""
+    if conversation.tool_results():
+        return [text("Saved.")]
+    body = {"title": f"Report for {conversation.input['team']}", "body": "All quiet tonight."}
+    return [tool_use(0, 0, "write_report", body)]
+
+
+REPORT_WRITER = Agent(
+    name="report_writer",
+    system="You write one short report.",
+    instructions="Save the report with write_report.",
+    tools=(document_tool("write_report", "report", "Save the report (markdown)."),),
+    input_schema={"type": "object", "properties": {"team": {"type": "string"}}},
+    script=_write_one_report,
+)
+
+
+@tool
+def fetch_status(url: str, context: ToolContext) -> dict[str, Any]:
+    """Fetch a URL with the tool's own HTTP client and say what status came back."""
+    return {"status": httpx.get(url, timeout=5).status_code}
+
+
+def _fetch_the_input_url(conversation: Conversation) -> list[dict[str, Any]]:
+    if conversation.tool_results():
+        return [text(f"Fetched: {conversation.tool_results()[-1]['content']}")]
+    return [tool_use(0, 0, "fetch_status", {"url": conversation.input["url"]})]
+
+
+PAGE_FETCHER = Agent(
+    name="page_fetcher",
+    system="You fetch one page.",
+    instructions="Fetch the input's URL with fetch_status.",
+    tools=(fetch_status,),
+    input_schema={"type": "object", "properties": {"url": {"type": "string"}}},
+    script=_fetch_the_input_url,
+)
+"""A tool that calls a URL with credentials and a query in it, as a user's tool may."""
+
+
+# -- a batch whose last children wait on a timer, and its synthesis -------------------------
+
+
+def _now_or_later(conversation: Conversation) -> list[dict[str, Any]]:
+    """Answer at once, or (input `later`) only after an hour on a timer."""
+    word = conversation.input["word"]
+    if conversation.input.get("later") and not conversation.tool_results():
+        return [tool_use(0, 0, "check_back_in", {"seconds": 3600, "reason": "later"})]
+    return [text(f"Heard: {word.upper()}")]
+
+
+NOW_OR_LATER = Agent(
+    name="now_or_later",
+    system="You answer now, or in an hour.",
+    instructions="Say the input's word loudly; if the input says later, wait an hour first.",
+    tools=(check_back_in,),
+    input_schema={"type": "object", "required": ["word"]},
+    script=_now_or_later,
+)
+
+
+def _sum_up(conversation: Conversation) -> list[dict[str, Any]]:
+    """The children's results; a batch a cap stopped first says so, what stopped and why."""
+    children = conversation.input["children"]
+    heard = "; ".join(
+        f"{c['item']['word']}: {c['result']}" for c in children if c["status"] == "succeeded"
+    )
+    stopped = conversation.input.get("stopped")
+    if not stopped:
+        return [text(f"Results: {heard}.")]
+    words = ", ".join(item["word"] for item in stopped["stopped"])
+    return [
+        text(
+            f"PARTIAL: the batch was stopped ({stopped['reason']}: {stopped['why']}); "
+            f"{stopped['finished']} finished, stopped: {words}. Results: {heard}."
+        )
+    ]
+
+
+SUM_UP = Agent(
+    name="sum_up",
+    system="You sum up a batch.",
+    instructions="List what each child answered; say if the batch was stopped.",
+    tools=(),
+    input_schema={"type": "object"},
+    script=_sum_up,
 )

@@ -3,20 +3,26 @@ the step time limit's tests; registered through NIGHTSHIFT_AGENTS like a user's 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipeline import Agent, ToolContext, tool
-from pipeline.agent import Block, Conversation, text, tool_use
+from pipeline.agent_definition import Block, Conversation, text, tool_use
 
 
-def _look_up_script(conversation: Conversation) -> list[Block]:
-    """Look the input's word up once, then say what came back."""
-    if not conversation.tool_results():
-        return [tool_use(0, 0, "look_up", {"word": conversation.input["word"]})]
-    return [text(f"Found: {conversation.tool_results()[-1]['content']}")]
+def _look_up_once(tool: str) -> Callable[[Conversation], list[Block]]:
+    """A script: look the input's word up once with `tool`, then say what came back."""
+
+    def script(conversation: Conversation) -> list[Block]:
+        if not conversation.tool_results():
+            return [tool_use(0, 0, tool, {"word": conversation.input["word"]})]
+        return [text(f"Found: {conversation.tool_results()[-1]['content']}")]
+
+    return script
 
 
 @tool(
@@ -48,7 +54,7 @@ HANGS_ONCE = Agent(
         "properties": {"word": {"type": "string", "maxLength": 40}},
         "required": ["word"],
     },
-    script=_look_up_script,
+    script=_look_up_once("look_up"),
 )
 
 
@@ -82,3 +88,14 @@ SLOW_THRICE = Agent(
     input_schema={"type": "object"},
     script=_three_slow_calls,
 )
+
+
+SLOW_ONCE = dataclasses.replace(
+    HANGS_ONCE,
+    name="slow_once",
+    instructions="Look the input's word up with slow_look_up, then say what you found.",
+    tools=(slow_look_up,),
+    script=_look_up_once("slow_look_up"),
+)
+"""A run whose first step is in flight for SLOW_SECONDS: a neighbour a killed process takes
+down with it."""

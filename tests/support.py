@@ -1,7 +1,10 @@
-"""Helpers for tests: service URLs and polling. Worker processes: pipeline.processes."""
+"""Helpers for tests: service URLs and polling (worker processes: pipeline.processes)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -9,7 +12,23 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import select
 
-from pipeline.local.processes import wait_for
+from pipeline.processes.celery_process import wait_for
+
+
+def nightshift(
+    *argv: str, timeout: float = 120, **env: str | None
+) -> subprocess.CompletedProcess[str]:
+    """The real command in a fresh process, in this one's environment with `env` on top (a None
+    value removes the variable)."""
+    environment = {k: v for k, v in os.environ.items() if k not in env}
+    environment |= {k: v for k, v in env.items() if v is not None}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *argv],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @dataclass(frozen=True)
@@ -54,3 +73,12 @@ def tool_results(run_id: uuid.UUID, tool: str) -> list[dict[str, Any]]:
         )
         ordered = query.order_by(JournalEntry.step, JournalEntry.id)
         return [p for p in session.scalars(ordered) if "content" in p]
+
+
+def artifact_text(run_id: uuid.UUID, artifact_id: int) -> str:
+    """An artifact's content as PostgreSQL keeps it (whatever host wrote it)."""
+    from pipeline.views.artifacts import artifact_bytes
+
+    kept = artifact_bytes(run_id, artifact_id)
+    assert kept.data is not None, kept.missing
+    return kept.data.decode()

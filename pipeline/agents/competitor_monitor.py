@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from pipeline import Agent, BatchPlan, Conversation, Slot, ToolContext, text, tool, tool_use
-from pipeline.agents.services import TIMEOUT, WEB, service_url
-from pipeline.errors import NightshiftError
+from pipeline.agents.services import TIMEOUT, WEB, read_json
+from pipeline.errors import Unavailable
 from pipeline.settings import get_settings
 
 MAX_FETCHES = 3
@@ -23,7 +23,7 @@ _COMPETITOR_ID = "^[a-z0-9-]{1,40}$"
 _CLIENT_ERROR = re.compile(r"HTTP 4\d\d")
 
 
-class CompetitorListUnavailable(NightshiftError):
+class CompetitorListUnavailable(Unavailable):
     """The competitor list could not be read; the slot is retried at the next check."""
 
 
@@ -85,11 +85,7 @@ def fetch_competitors() -> list[dict[str, str]]:
     needs=(WEB,),
 )
 def fetch_competitor_prices(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
-    response = httpx.get(f"{base}/competitors/{args['competitor']}/prices", timeout=TIMEOUT)
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
+    return read_json(context, WEB, f"/competitors/{args['competitor']}/prices")
 
 
 def script(conversation: Conversation) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ _DOCUMENT_SCHEMA = {
 def document_tool(name: str, artifact: str, description: str) -> Tool:
     """A tool that keeps a markdown document (title, body) as the run's `artifact`.
 
-    Content-addressed, so writing it again after a crash produces the same file.
+    Kept in PostgreSQL with the call's journal entry, so a crash never leaves a second copy.
     """
 
     def write(args: dict[str, Any], context: ToolContext) -> ArtifactRequest:

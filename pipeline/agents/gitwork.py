@@ -6,7 +6,9 @@ Nothing the model writes reaches a shell or widens what a command does: every co
 argument list; paths are checked to stay inside the worktree (no `..`, no `.git`, no symlink
 on the way); refs are checked (a 40-hex base, the issue's own branch); the test command comes
 from configuration only; tests run with a bare environment (no keys, no nightshift settings)
-and a time limit. The commit of a change is deterministic (fixed author, the base commit's
+and a time limit. Everything it keeps is its user's alone (0700 folders, 0600 files): a
+repository's code may be private, and a worktree holds the model's change before anyone
+approved it. The commit of a change is deterministic (fixed author, the base commit's
 date), so pushing it again after a crash pushes the same commit: a no-op, never a force-push.
 """
 
@@ -25,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import PermanentError, TemporaryError
+from pipeline.logs import get_logger
+from pipeline.settings import child_environment
+
+log = get_logger("nightshift.patch")
 
 REPO_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -34,6 +40,8 @@ MAX_PATCH_BYTES = 128 * 1024
 MAX_OUTPUT_CHARS = 4000
 AUTHOR = ("nightshift Patch", "patch@nightshift.invalid")
 GIT_TIMEOUT = 60.0
+PRIVATE = 0o077
+"""The umask of everything run here: what git and the tests write is this user's alone."""
 
 
 @dataclass(frozen=True)
@@ -105,8 +113,9 @@ class Repository:
         """One git operation at a time on this repository, across this host's workers. A
         worker killed in the middle of one leaves git's own lock files: holding this lock, no
         git process of ours works here, so any left is stale and goes."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "lock", "w") as handle:
+        _private(self.config.workdir)
+        _private(self.root)
+        with open(self.root / "lock", "w", opener=_private_file) as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 for stale in self.copy.rglob("*.lock") if self.copy.exists() else ():
@@ -116,7 +125,30 @@ class Repository:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def fetch(self) -> str:
-        """Bring the local copy up to date; the remote default branch's commit (the base)."""
+        """Bring the local copy up to date; the remote default branch's commit (the base). A
+        copy that is damaged (a ref naming an object it lacks: git fetch then fails with 'did
+        not send all necessary objects' for ever) is made again from the remote, once; a fetch
+        that fails with the copy whole is the remote's or the network's failure, raised."""
+        try:
+            return self._fetch()
+        except TemporaryError as failed:
+            damage = self._damage()
+            if damage is None:
+                raise
+            log.warning("local copy of %s is damaged (%s); making it again: %s",
+                        self.repo, damage, failed)  # fmt: skip
+            shutil.rmtree(self.copy)
+            return self._fetch()
+
+    def _damage(self) -> str | None:
+        """What git fsck finds missing in the local copy (None: nothing, or no copy yet)."""
+        if not (self.copy / "HEAD").exists():
+            return None
+        argv = ["git", "fsck", "--connectivity-only", "--no-dangling", "--no-progress"]
+        checked = self._run(argv, self.copy, check=False)
+        return None if checked.returncode == 0 else _last_line(checked.stderr or checked.stdout)
+
+    def _fetch(self) -> str:
         if not (self.copy / "HEAD").exists():
             self._git("init", "--quiet", "--bare", str(self.copy), cwd=self.root)
         configured = self._run(["git", "config", "remote.origin.url"], self.copy, check=False)
@@ -173,7 +205,8 @@ class Repository:
             if not edit.old:
                 if exists or target.exists():
                     raise PermanentError(f"edit {number}: {edit.path} exists; name text to replace")
-                target.parent.mkdir(parents=True, exist_ok=True)
+                _private_dirs(tree, target.parent)
+                target.touch(mode=0o600)
                 target.write_text(edit.new, encoding="utf-8")
                 continue
             if not exists:
@@ -210,7 +243,9 @@ class Repository:
     def run_tests(self, tree: Path) -> TestRun:
         """The configured test command in the worktree, with nothing of this process's
         environment but a PATH (the model's change runs here: no keys, no settings)."""
-        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        path = os.pathsep.join(
+            [str(Path(sys.executable).parent), child_environment().get("PATH", "")]
+        )
         env = {"PATH": path, "HOME": str(tree), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
         try:
             done = subprocess.run(
@@ -221,6 +256,7 @@ class Repository:
                 capture_output=True,
                 text=True,
                 timeout=self.config.test_timeout,
+                umask=PRIVATE,
             )
         except subprocess.TimeoutExpired as exc:
             output = _text(exc.stdout) + _text(exc.stderr)
@@ -280,13 +316,14 @@ class Repository:
         stdin: str | None = None,
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        environment = {
-            **os.environ,
-            "GIT_TERMINAL_PROMPT": "0",
-            # Never a repository above the work directory (a data directory inside a checkout).
-            "GIT_CEILING_DIRECTORIES": str(self.config.workdir.resolve()),
-            **(env or {}),
-        }
+        environment = child_environment(
+            {
+                "GIT_TERMINAL_PROMPT": "0",
+                # Never a repository above the work directory (a data directory in a checkout).
+                "GIT_CEILING_DIRECTORIES": str(self.config.workdir.resolve()),
+                **(env or {}),
+            }
+        )
         try:
             done = subprocess.run(
                 argv,
@@ -298,6 +335,7 @@ class Repository:
                 errors="replace",
                 env=environment,
                 timeout=GIT_TIMEOUT,
+                umask=PRIVATE,
             )
         except subprocess.TimeoutExpired:
             raise TemporaryError(f"git {argv[1]} took longer than {GIT_TIMEOUT:g} s") from None
@@ -307,6 +345,24 @@ class Repository:
             kind = TemporaryError if argv[1] in ("fetch", "push", "ls-remote") else PermanentError
             raise kind(f"git {argv[1]} failed for {self.repo}: {why}")
         return done
+
+
+def _private(directory: Path) -> None:
+    """A folder only this user may enter (also when an earlier release made it 0755)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    directory.chmod(0o700)
+
+
+def _private_dirs(tree: Path, directory: Path) -> None:
+    """`directory` and the folders between it and the worktree, each made 0700 (mkdir's
+    `parents` would make them with the process's umask)."""
+    relative = directory.relative_to(tree)
+    for folder in [*reversed(relative.parents), relative][1:]:
+        (tree / folder).mkdir(mode=0o700, exist_ok=True)
+
+
+def _private_file(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
 
 
 def check_sha(sha: str) -> str:

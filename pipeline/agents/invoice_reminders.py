@@ -1,9 +1,12 @@
-"""Invoice reminders: every Monday, one reminder email per overdue invoice and ISO week.
+"""Invoice reminders: every Monday, one reminder email per client and ISO week, however many
+invoices the client has overdue (the email lists them all).
 
 One reminder per step, so a crash after the third email resumes at the fourth, and the key
-`invoice_reminders:<invoice>:<iso-week>` makes a second run in the same week send nothing again.
-The model names the invoice and writes the text; whom it goes to is the invoice's own record
-at the billing service, so a page the model read cannot add or change a recipient.
+`invoice-reminder:<client>:<iso-week>` makes a second run in the same week send nothing again
+(keys were per invoice and week before; migration 0017 carried the sent ones over, and for a
+client with none sent, one whose outcome was still open, which a rerun waits for). The model
+names the client and writes the text; whom it goes to is the client's own record at the
+billing service, so a page the model read cannot add or change a recipient.
 """
 
 from __future__ import annotations
@@ -26,12 +29,20 @@ from pipeline import (
     tool,
     tool_use,
 )
-from pipeline.agents.services import EMAIL, TIMEOUT, WEB, email_effect, send_email, service_url
+from pipeline.agents.services import (
+    EMAIL,
+    TIMEOUT,
+    WEB,
+    email_effect,
+    read_json,
+    send_email,
+    service_url,
+)
 
 MAX_TRIES = 2
 """Calls of one tool for one thing (the list, a client's reminder) before moving on."""
 
-_INVOICE = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,59}$"
+_CLIENT = "^[a-z0-9][a-z0-9_-]{0,59}$"
 _ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+$")
 MAX_BODY = 2000
 """Characters in a reminder's body: a short, polite note, not a newsletter."""
@@ -61,57 +72,57 @@ def reminders_job(slot: Slot) -> RunPlan:
     needs=(WEB,),
 )
 def list_overdue_invoices(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
-    response = httpx.get(f"{base}/invoices/overdue", timeout=TIMEOUT)
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
+    return read_json(context, WEB, "/invoices/overdue")
 
 
 def reminder_key(args: dict[str, Any], context: ToolContext) -> str:
-    """One reminder per invoice and ISO week, whichever run (or rerun) of the week sends it.
-    The send checks the invoice against the billing service's record (same id, overdue)."""
-    return f"{args['invoice']}:{iso_week(context.run_input['date'])}"
+    """One reminder per client and ISO week, whichever run (or rerun) of the week sends it."""
+    return f"{args['client']}:{iso_week(context.run_input['date'])}"
 
 
-def invoice_record(context: ToolContext, invoice: str) -> dict[str, Any]:
-    """The billing service's record of an overdue invoice; PermanentError if it has none, or
-    the invoice is not overdue (paid meanwhile), or the record has no usable address."""
-    base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
-    response = httpx.get(f"{base}/invoices/{invoice}", timeout=TIMEOUT)
+NAMESPACE = "invoice-reminder"
+"""Keys are `invoice-reminder:<client>:<iso week>`, as the seed names them."""
+
+
+def client_record(context: ToolContext, client: str) -> dict[str, Any]:
+    """The billing service's record of a client with overdue invoices (contact, invoices);
+    PermanentError if it has none, or the record has no usable address."""
+    base = service_url(context, WEB)
+    response = httpx.get(f"{base}/clients/{client}/overdue", timeout=TIMEOUT)
     if response.status_code == 404:
-        raise PermanentError(f"no invoice {invoice!r} at the billing service; nothing was sent")
+        raise PermanentError(
+            f"no client {client!r} with overdue invoices at the billing service; nothing was sent"
+        )
     response.raise_for_status()
     record: dict[str, Any] = response.json()
-    if record.get("invoice") != invoice:
-        raise PermanentError(f"the billing service has no invoice exactly named {invoice!r}")
-    if record.get("status", "overdue") != "overdue":
-        raise PermanentError(f"invoice {invoice} is {record['status']}, not overdue; not sent")
+    if record.get("client") != client:
+        raise PermanentError(f"the billing service has no client exactly named {client!r}")
     if not _ADDRESS.match(str(record.get("email", ""))):
-        raise PermanentError(f"invoice {invoice}'s record has no email address; not sent")
+        raise PermanentError(f"client {client}'s record has no email address; not sent")
     return record
 
 
 @tool(
     description=(
-        "Email the client of one overdue invoice a payment reminder. It goes to the contact "
-        "on the invoice's record at the billing service; you write the subject and the body."
+        "Email one client a payment reminder for all their overdue invoices. It goes to the "
+        "contact on the client's record at the billing service; you write the subject and the "
+        "body."
     ),
     schema={
         "type": "object",
         "properties": {
-            "invoice": {"type": "string", "pattern": _INVOICE},
+            "client": {"type": "string", "pattern": _CLIENT},
             "subject": {"type": "string", "minLength": 1, "maxLength": 200},
             "body": {"type": "string", "minLength": 1, "maxLength": MAX_BODY},
         },
-        "required": ["invoice", "subject", "body"],
+        "required": ["client", "subject", "body"],
         "additionalProperties": False,
     },
-    side_effect=email_effect(reminder_key),
+    side_effect=email_effect(reminder_key, namespace=NAMESPACE),
     needs=(WEB, EMAIL),
 )
 def send_invoice_reminder(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    record = invoice_record(context, args["invoice"])
+    record = client_record(context, args["client"])
     return send_email(context, record["email"], args["subject"], args["body"])
 
 
@@ -132,33 +143,51 @@ def _overdue(conversation: Conversation) -> list[dict[str, Any]] | None:
 
 
 def _reminders(conversation: Conversation) -> dict[str, list[bool]]:
-    """Invoice -> whether each reminder call so far succeeded."""
+    """Client -> whether each reminder call so far succeeded."""
     asked = _calls(conversation, "send_invoice_reminder")
     outcomes: dict[str, list[bool]] = {}
     for result in conversation.tool_results():
         args = asked.get(result["tool_use_id"])
         if args is not None:
-            outcomes.setdefault(args["invoice"], []).append(not result.get("is_error"))
+            outcomes.setdefault(args["client"], []).append(not result.get("is_error"))
     return outcomes
 
 
-def reminder(invoice: dict[str, Any], week: str) -> dict[str, Any]:
-    amount = f"{float(invoice['amount']):,.2f} {invoice['currency']}"
+def by_client(invoices: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The overdue invoices grouped by client, in the order the list names the clients."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for invoice in invoices:
+        grouped.setdefault(invoice["client"], []).append(invoice)
+    return grouped
+
+
+def _amount(invoice: dict[str, Any]) -> str:
+    return f"{float(invoice['amount']):,.2f} {invoice['currency']}"
+
+
+def reminder(invoices: list[dict[str, Any]], week: str) -> dict[str, Any]:
+    """One client's reminder, naming each of their overdue invoices."""
+    first = invoices[0]
+    lines = "\n".join(
+        f"- invoice {i['invoice']} for {_amount(i)}, due on {i['due_date']}" for i in invoices
+    )
     body = (
-        f"Dear {invoice['name']},\n\n"
-        f"our invoice {invoice['invoice']} for {amount} was due on {invoice['due_date']} and "
-        "is still open. Please arrange payment, or reply if it has crossed with this email.\n\n"
+        f"Dear {first['name']},\n\n"
+        f"the following {'invoice is' if len(invoices) == 1 else 'invoices are'} still open:\n"
+        f"{lines}\n\n"
+        "Please arrange payment, or reply if it has crossed with this email.\n\n"
         f"Kind regards,\nAccounts receivable ({week})"
     )
+    count = f"{len(invoices)} overdue invoice{'s' if len(invoices) > 1 else ''}"
     return {
-        "invoice": invoice["invoice"],
-        "subject": f"Reminder: invoice {invoice['invoice']} ({amount}) is overdue",
+        "client": first["client"],
+        "subject": f"Reminder: {count} ({', '.join(i['invoice'] for i in invoices)})"[:200],
         "body": body[:MAX_BODY],
     }
 
 
 def script(conversation: Conversation) -> list[dict[str, Any]]:
-    """The list once, then one reminder a step, then a closing line with what happened."""
+    """The list once, then one reminder per client a step, then a closing line."""
     step = conversation.assistant_turns()
     week = iso_week(conversation.input["date"])
     invoices = _overdue(conversation)
@@ -170,14 +199,12 @@ def script(conversation: Conversation) -> list[dict[str, Any]]:
             ]
         return [text("The overdue invoices could not be listed; no reminders were sent.")]
     done = _reminders(conversation)
-    for invoice in invoices:
-        tries = done.get(invoice["invoice"], [])
+    for client, theirs in by_client(invoices).items():
+        tries = done.get(client, [])
         if not any(tries) and len(tries) < MAX_TRIES:
-            email = reminder(invoice, week)
-            return [tool_use(step, 0, "send_invoice_reminder", email)]
-    client = {invoice["invoice"]: invoice["client"] for invoice in invoices}
-    sent = sorted(client.get(i, i) for i, tries in done.items() if any(tries))
-    failed = sorted(client.get(i, i) for i, tries in done.items() if not any(tries))
+            return [tool_use(step, 0, "send_invoice_reminder", reminder(theirs, week))]
+    sent = sorted(c for c, tries in done.items() if any(tries))
+    failed = sorted(c for c, tries in done.items() if not any(tries))
     return [
         text(
             f"Invoice reminders for {week}: {len(sent)} sent ({', '.join(sent) or 'none'}); "
@@ -188,17 +215,17 @@ def script(conversation: Conversation) -> list[dict[str, Any]]:
 
 AGENT = Agent(
     name="invoice_reminders",
-    system="You chase overdue invoices politely: one short reminder per overdue invoice and week.",
+    system="You chase overdue invoices politely: one short reminder per client and week.",
     instructions=(
-        "List the overdue invoices with list_overdue_invoices, then send each overdue invoice "
-        "one reminder with send_invoice_reminder, one at a time. Finish with a line saying "
-        "who was reminded and whose reminder failed."
+        "List the overdue invoices with list_overdue_invoices, then send each client with "
+        "overdue invoices one reminder naming all of them with send_invoice_reminder, one "
+        "client at a time. Finish with a line saying who was reminded and whose reminder failed."
     ),
     tools=(list_overdue_invoices, send_invoice_reminder),
     input_schema={
         "type": "object",
         "properties": {
-            "date": {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
+            "date": {"type": "string", "format": "date", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
         },
         "required": ["date"],
         "additionalProperties": False,

@@ -7,8 +7,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from pipeline import (
     Agent,
     Conversation,
@@ -22,10 +20,13 @@ from pipeline import (
     tool_use,
 )
 from pipeline.agents.documents import document_tool
-from pipeline.agents.services import EMAIL, WEB, email_effect, send_email, service_url
+from pipeline.agents.services import EMAIL, WEB, email_effect, read_json, send_email
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
-ADDRESS = re.compile(r"^[^@\s]+@[^@\s]+$")
+ADDRESS = re.compile(r"^[^@\x00-\x20\x7f-\xa0]+@[^@\x00-\x20\x7f-\xa0]+$")
+r"""No space, control character or second @. Spelled without \s or \d, as every input pattern
+here is: the API's OpenAPI document declares it, where it reads as ECMA-262 (whose \s is not
+Python's) and means the same."""
 MAX_BODY = 20_000
 """Characters in the report email's body."""
 
@@ -41,11 +42,7 @@ MAX_BODY = 20_000
     needs=(WEB,),
 )
 def fetch_source(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    base = service_url(context, "web_url", "NIGHTSHIFT_WEB_URL")
-    response = httpx.get(f"{base}/sources/{args['name']}", timeout=10.0)
-    response.raise_for_status()
-    body: dict[str, Any] = response.json()
-    return body
+    return read_json(context, WEB, f"/sources/{args['name']}")
 
 
 write_report = document_tool(
@@ -213,7 +210,7 @@ AGENT = Agent(
         "type": "object",
         "properties": {
             "team": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"},
-            "date": {"type": "string", "format": "date", "pattern": r"^\d{4}-\d{2}-\d{2}$"},
+            "date": {"type": "string", "format": "date", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
             "email_to": {"type": "string", "pattern": ADDRESS.pattern},
             "sources": {
                 "type": "array",

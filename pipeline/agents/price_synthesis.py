@@ -337,10 +337,23 @@ def script(conversation: Conversation) -> list[dict[str, Any]]:
     outcomes = _outcomes(conversation)
     return [
         text(
-            f"Nightly price summary for {batch} written. Failed competitors: "
+            _partial_note(conversation.input.get("stopped"))
+            + f"Nightly price summary for {batch} written. Failed competitors: "
             f"{', '.join(failed) or 'none'}. Price changes: {'; '.join(outcomes) or 'none'}."
         )
     ]
+
+
+def _partial_note(stopped: dict[str, Any] | None) -> str:
+    """A batch stopped by a budget: the summary says it is partial, what stopped and why."""
+    if not stopped:
+        return ""
+    names = [str(item.get("name") or item.get("competitor")) for item in stopped["stopped"]]
+    return (
+        f"PARTIAL: the batch was stopped ({stopped['reason']}: {stopped.get('why') or 'no detail'}"
+        f"); {stopped['finished']} competitor(s) finished, {len(names)} stopped: "
+        f"{', '.join(names) or 'none'}. "
+    )
 
 
 def _outcomes(conversation: Conversation) -> list[str]:
@@ -376,6 +389,7 @@ AGENT = Agent(
         "properties": {
             "batch": {"type": "string", "minLength": 1, "maxLength": 200},
             "children": {"type": "array", "items": {"type": "object"}, "maxItems": 2000},
+            "stopped": {"type": "object"},
         },
         "required": ["batch", "children"],
         "additionalProperties": False,

@@ -22,10 +22,15 @@ PRICING = "NIGHTSHIFT_PRICING_URL"
 GITHOST = "NIGHTSHIFT_GITHOST_URL"
 
 
-def service_url(context: ToolContext, attribute: str, variable: str) -> str:
-    """The service's base URL. Tools declare the variable in `needs`, so a worker without it
-    fails the run before the first step; this is the backstop for one that did not."""
-    url: str | None = getattr(context.settings, attribute)
+_SETTING = {WEB: "web_url", EMAIL: "email_url", PRICING: "pricing_url", GITHOST: "githost_url"}
+"""Each service's variable and the Settings field that holds it."""
+
+
+def service_url(context: ToolContext, variable: str) -> str:
+    """The base URL of the service `variable` names (WEB, EMAIL, PRICING, GITHOST). Tools
+    declare the variable in `needs`, so a worker without it fails the run before the first
+    step; this is the backstop for one that did not."""
+    url: str | None = getattr(context.settings, _SETTING[variable])
     if not url:
         raise NotConfigured(variable, f"the {context.agent} agent's tool")
     return url.rstrip("/")
@@ -35,26 +40,35 @@ def _key_header(context: ToolContext) -> dict[str, str]:
     return {"Idempotency-Key": context.idempotency_key} if context.idempotency_key else {}
 
 
+def _send(context: ToolContext, method: str, url: str, body: dict[str, Any]) -> httpx.Response:
+    """One keyed write: the action's idempotency key goes with it, so a resend is absorbed."""
+    return httpx.request(method, url, json=body, headers=_key_header(context), timeout=TIMEOUT)
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def read_json(context: ToolContext, variable: str, path: str) -> dict[str, Any]:
+    """A JSON document from the service `variable` names (WEB, ...): a read, with no key."""
+    return _json(httpx.get(f"{service_url(context, variable)}{path}", timeout=TIMEOUT))
+
+
 def send_email(context: ToolContext, to: str, subject: str, body: str) -> dict[str, Any]:
     """Send one email. `to` comes from the run's input, the deployment or a service's record,
     never from the model's arguments: a page the model read cannot add a recipient."""
-    base = service_url(context, "email_url", "NIGHTSHIFT_EMAIL_URL")
-    response = httpx.post(
-        f"{base}/emails",
-        json={"to": to, "subject": subject, "body": body},
-        headers=_key_header(context),
-        timeout=TIMEOUT,
-    )
-    response.raise_for_status()
-    sent: dict[str, Any] = response.json()
-    return sent
+    base = service_url(context, EMAIL)
+    email = {"to": to, "subject": subject, "body": body}
+    return _json(_send(context, "POST", f"{base}/emails", email))
 
 
 def find_email(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
     """The delivery made under `key`, None if none was; LookupUnsupported if it cannot say."""
     if context.settings.email_mode == "none":
         raise LookupUnsupported("the email API is configured without lookup")
-    base = service_url(context, "email_url", "NIGHTSHIFT_EMAIL_URL")
+    base = service_url(context, EMAIL)
     response = httpx.get(f"{base}/emails", params={"key": key}, timeout=TIMEOUT)
     if response.status_code == 404:
         raise LookupUnsupported(response.json().get("error", "lookup not supported"))
@@ -63,12 +77,16 @@ def find_email(key: str, args: Any, context: ToolContext) -> dict[str, Any] | No
     return dict(deliveries[0]) if deliveries else None
 
 
-def email_effect(key: Callable[[Any, ToolContext], str]) -> SideEffect:
+def email_effect(
+    key: Callable[[Any, ToolContext], str], namespace: str | None = None
+) -> SideEffect:
     """An email send as the deployed email API (NIGHTSHIFT_EMAIL_MODE) handles it, at most
-    NIGHTSHIFT_MAX_EMAILS_PER_RUN of them a run."""
+    NIGHTSHIFT_MAX_EMAILS_PER_RUN of them a run; keys under `namespace` (default: the agent's
+    name)."""
     return SideEffect(
         service="email",
         key=key,
+        namespace=namespace,
         honours_keys=lambda settings: settings.email_mode == "keys",
         key_retention=lambda settings: timedelta(hours=settings.email_key_retention_hours),
         lookup=find_email,
@@ -80,24 +98,18 @@ def open_pull_request(
     context: ToolContext, repo: str, branch: str, title: str, body: str
 ) -> dict[str, Any]:
     """Open a pull request; one already open for the branch is the result, not an error."""
-    base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
-    response = httpx.post(
-        f"{base}/repos/{repo}/pulls",
-        json={"branch": branch, "title": title, "body": body},
-        headers=_key_header(context),
-        timeout=TIMEOUT,
-    )
+    base = service_url(context, GITHOST)
+    pull = {"branch": branch, "title": title, "body": body}
+    response = _send(context, "POST", f"{base}/repos/{repo}/pulls", pull)
     if response.status_code == 409 and "pull" in response.json():
         return {**response.json()["pull"], "already_open": True}
-    response.raise_for_status()
-    opened: dict[str, Any] = response.json()
-    return opened
+    return _json(response)
 
 
 def find_open_pull(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
     """The open pull request for the action's repo and branch (the git host's own key)."""
     repo, branch = args["repo"], args["branch"]
-    base = service_url(context, "githost_url", "NIGHTSHIFT_GITHOST_URL")
+    base = service_url(context, GITHOST)
     response = httpx.get(
         f"{base}/repos/{repo}/pulls", params={"branch": branch, "state": "open"}, timeout=TIMEOUT
     )
@@ -108,7 +120,7 @@ def find_open_pull(key: str, args: Any, context: ToolContext) -> dict[str, Any] 
 
 def read_prices(context: ToolContext, skus: list[str]) -> dict[str, dict[str, Any]]:
     """Our price book's {price, currency} for each SKU we sell (one we do not is left out)."""
-    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    base = service_url(context, PRICING)
     prices: dict[str, dict[str, Any]] = {}
     with httpx.Client(timeout=TIMEOUT) as client:
         for sku in skus:
@@ -122,20 +134,13 @@ def read_prices(context: ToolContext, skus: list[str]) -> dict[str, dict[str, An
 
 
 def set_price(context: ToolContext, sku: str, price: float, currency: str) -> dict[str, Any]:
-    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
-    response = httpx.put(
-        f"{base}/prices/{sku}",
-        json={"price": price, "currency": currency},
-        headers=_key_header(context),
-        timeout=TIMEOUT,
-    )
-    response.raise_for_status()
-    changed: dict[str, Any] = response.json()
-    return changed
+    base = service_url(context, PRICING)
+    change = {"price": price, "currency": currency}
+    return _json(_send(context, "PUT", f"{base}/prices/{sku}", change))
 
 
 def find_price_change(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
-    base = service_url(context, "pricing_url", "NIGHTSHIFT_PRICING_URL")
+    base = service_url(context, PRICING)
     response = httpx.get(f"{base}/changes", params={"key": key}, timeout=TIMEOUT)
     response.raise_for_status()
     changes = response.json().get("changes") or []

@@ -1,54 +1,47 @@
-"""What every HTTP route shares: the API's settings, errors as `{"error": ...}` with their
-status, and the middleware (body limit, security headers)."""
+"""What every HTTP route shares: the API's settings, and errors as `{"error": ...}` with their
+status, which comes from one table of error bases (`_STATUS_FOR`)."""
 
 from __future__ import annotations
 
 import hmac
 import logging
-import os
-import re
-import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeline.errors import (
-    InputTooLarge,
-    InvalidInput,
+    Conflict,
+    Failed,
+    Gone,
+    Invalid,
+    Malformed,
+    Misconfigured,
     NightshiftError,
-    NoModel,
-    RunNotFound,
+    NotFound,
+    Refused,
     SettingsError,
-    StatusConflict,
-    UnknownAction,
-    UnknownAgent,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    UnsupportedMediaType,
 )
-from pipeline.registry import UnknownEventSource
-from pipeline.runs.decisions import NotAnApprover
-from pipeline.runs.start import IdempotencyConflict
-from pipeline.views.artifacts import UnknownArtifact
-from pipeline.views.batches import UnknownBatch
-from pipeline.views.runs import AmbiguousRunId
+from pipeline.settings import Settings, get_settings
 
 log = logging.getLogger("nightshift.api")
-
-MIN_SECRET_LENGTH = 16
-_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
-_NOT_IDENTITY_HEADERS = {"authorization", "cookie", "host", "content-type", "content-length"}
-DEFAULT_MAX_BODY = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class ApiConfig:
-    """The API's own settings, from the environment; secrets never appear in its repr."""
+    """The API's own settings (declared in pipeline.settings) and how it was started; secrets
+    never appear in its repr."""
 
     api_token: str | None = field(default=None, repr=False)
     metrics_token: str | None = field(default=None, repr=False)
@@ -57,47 +50,32 @@ class ApiConfig:
     """Signs `POST /approvals/...`: a different secret from the events', so an event sender
     cannot sign an approval."""
     event_webhook_secret: str | None = field(default=None, repr=False)
+    session_secret: str | None = field(default=None, repr=False)
+    """Signs status-page sessions (NIGHTSHIFT_SESSION_SECRET); unset, the data dir's own key
+    (pipeline/api/sessions.py). Several API hosts behind one name share one."""
     insecure_no_auth: bool = False
-    max_body_bytes: int = DEFAULT_MAX_BODY
+    max_body_bytes: int = Settings.api_max_body_bytes
     identity_header: str | None = None
     """A reverse proxy's header naming the signed-in person (e.g. X-Forwarded-Email). Off
     unless set: trusted only on requests from `trusted_proxies`."""
-    trusted_proxies: frozenset[str] = frozenset({"127.0.0.1", "::1"})
+    trusted_proxies: frozenset[str] = Settings.identity_proxies
+    forwarded_allow_ips: frozenset[str] = frozenset()
+    """Reverse proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are
+    believed. Empty (the default): a request's address is its socket's, whatever it sends."""
 
     @classmethod
-    def from_env(
-        cls, env: Mapping[str, str] | None = None, *, insecure_no_auth: bool = False
-    ) -> ApiConfig:
-        env = os.environ if env is None else env
-        raw_limit = env.get("NIGHTSHIFT_API_MAX_BODY_BYTES") or str(DEFAULT_MAX_BODY)
-        if not raw_limit.isdigit() or int(raw_limit) < 1024:
-            raise SettingsError(
-                f"NIGHTSHIFT_API_MAX_BODY_BYTES must be a whole number >= 1024 (got {raw_limit!r})"
-            )
-        if env.get("NIGHTSHIFT_WEBHOOK_SECRET"):
-            raise SettingsError(
-                "NIGHTSHIFT_WEBHOOK_SECRET is no longer read: approvals and events have "
-                "separate secrets now; set NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET and "
-                "NIGHTSHIFT_EVENT_WEBHOOK_SECRET (two different values) and unset it"
-            )
-        header = env.get("NIGHTSHIFT_IDENTITY_HEADER") or None
-        if header is not None and (
-            not _HEADER_NAME.fullmatch(header) or header.lower() in _NOT_IDENTITY_HEADERS
-        ):
-            raise SettingsError(
-                "NIGHTSHIFT_IDENTITY_HEADER must name the header your proxy sets to the "
-                f"signed-in person, e.g. X-Forwarded-Email (got {header[:60]!r})"
-            )
-        proxies = env.get("NIGHTSHIFT_IDENTITY_PROXIES") or "127.0.0.1,::1"
+    def from_settings(cls, settings: Settings, *, insecure_no_auth: bool = False) -> ApiConfig:
         config = cls(
-            identity_header=header,
-            trusted_proxies=frozenset(p.strip() for p in proxies.split(",") if p.strip()),
-            api_token=_secret(env, "NIGHTSHIFT_API_TOKEN"),
-            metrics_token=_secret(env, "NIGHTSHIFT_METRICS_TOKEN"),
-            approval_webhook_secret=_secret(env, "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET"),
-            event_webhook_secret=_secret(env, "NIGHTSHIFT_EVENT_WEBHOOK_SECRET"),
+            api_token=settings.api_token,
+            metrics_token=settings.metrics_token,
+            approval_webhook_secret=settings.approval_webhook_secret,
+            event_webhook_secret=settings.event_webhook_secret,
+            session_secret=settings.session_secret,
             insecure_no_auth=insecure_no_auth,
-            max_body_bytes=int(raw_limit),
+            max_body_bytes=settings.api_max_body_bytes,
+            identity_header=settings.identity_header,
+            trusted_proxies=settings.identity_proxies,
+            forwarded_allow_ips=settings.forwarded_allow_ips,
         )
         if config.approval_webhook_secret and (
             config.approval_webhook_secret == config.event_webhook_secret
@@ -114,25 +92,19 @@ class ApiConfig:
             )
         return config
 
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, insecure_no_auth: bool = False
+    ) -> ApiConfig:
+        """From this process's settings, or from the settings `env` holds."""
+        settings = get_settings() if env is None else Settings.from_env(env)
+        return cls.from_settings(settings, insecure_no_auth=insecure_no_auth)
+
     def token_matches(self, given: str | None) -> bool:
         return _same(given, self.api_token)
 
     def metrics_token_matches(self, given: str | None) -> bool:
         return _same(given, self.api_token) or _same(given, self.metrics_token)
-
-    def session_key(self) -> bytes:
-        """Signs status-page sessions; changes (ending every session) when the token does.
-        Without a token, a random key: sessions last as long as the process."""
-        if self.api_token is None:
-            return secrets.token_bytes(32)
-        return hmac.digest(self.api_token.encode(), b"nightshift status page sessions", "sha256")
-
-
-def _secret(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name) or None
-    if value is not None and len(value) < MIN_SECRET_LENGTH:
-        raise SettingsError(f"{name} must be at least {MIN_SECRET_LENGTH} characters long")
-    return value
 
 
 def _same(given: str | None, expected: str | None) -> bool:
@@ -142,32 +114,23 @@ def _same(given: str | None, expected: str | None) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
-class ApiError(Exception):
-    """An error with its HTTP status, answered as {"error": message}."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers
-
-
-# Most specific first: DecisionConflict is a StatusConflict, InputTooLarge an InvalidInput.
+# The one mapping of errors to statuses: each error derives from one base (pipeline/errors.py);
+# a refinement (TooLarge of Invalid, Gone of NotFound) comes before the base it refines.
 _STATUS_FOR: tuple[tuple[type[NightshiftError], int], ...] = (
-    (RunNotFound, 404),
-    (UnknownBatch, 404),
-    (UnknownArtifact, 404),
-    (UnknownAction, 404),
-    (UnknownEventSource, 404),
-    (NotAnApprover, 403),
-    (IdempotencyConflict, 409),
-    (AmbiguousRunId, 409),
-    (StatusConflict, 409),
-    (InputTooLarge, 413),
-    (InvalidInput, 422),
-    (UnknownAgent, 422),
-    (NoModel, 503),  # this deployment cannot run the agent: not the caller's mistake
+    (Gone, 410),
+    (NotFound, 404),
+    (Unauthenticated, 401),
+    (Refused, 403),
+    (Conflict, 409),
+    (TooLarge, 413),
+    (Malformed, 400),
+    (UnsupportedMediaType, 415),
+    (Invalid, 422),
+    (Unavailable, 503),  # this deployment cannot do it now: not the caller's mistake
+    (Misconfigured, 500),
+    (Failed, 500),
 )
+INTERNAL = "internal error; the server log has the details"
 
 
 def status_for(exc: NightshiftError) -> int:
@@ -176,6 +139,20 @@ def status_for(exc: NightshiftError) -> int:
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def internal_error() -> JSONResponse:
+    """A failure of the server's own: what went wrong is in its log, not in the answer."""
+    return error(500, INTERNAL)
+
+
+def refusal(exc: NightshiftError) -> JSONResponse:
+    """The answer to an error: its base's status, its message (a 5xx's stays in the log)."""
+    status = status_for(exc)
+    if status >= 500 and not isinstance(exc, Unavailable):
+        return internal_error()
+    scheme = exc.scheme if isinstance(exc, Unauthenticated) else None
+    return error(status, str(exc), {"WWW-Authenticate": scheme} if scheme else None)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -193,29 +170,25 @@ def describe_validation(errors: list[Any]) -> str:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error(exc.status, exc.message, exc.headers)
-
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = list(exc.errors())
         bad_json = [e for e in problems if e.get("type") == "json_invalid"]
         if bad_json:
             detail = bad_json[0].get("ctx", {}).get("error", "malformed")
-            return error(400, f"the request body is not valid JSON: {detail}")
-        return error(422, describe_validation(problems))
+            return refusal(Malformed(f"the request body is not valid JSON: {detail}"))
+        return refusal(Invalid(describe_validation(problems)))
 
     @app.exception_handler(NightshiftError)
     async def refused(request: Request, exc: NightshiftError) -> JSONResponse:
-        status = status_for(exc)
-        if status == 500:
+        if status_for(exc) >= 500 and not isinstance(exc, Unavailable):
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
-            return error(500, "internal error; the server log has the details")
-        return error(status, str(exc))
+        return refusal(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Routing's own answers (no such path, not that method), and FastAPI's 400 for a body
+        # it could not parse; every error of nightshift's is a NightshiftError.
         headers = exc.headers
         if exc.status_code == 405:  # every route of the path, not only the first that matched
             headers = {**(headers or {}), "Allow": ", ".join(_methods_of(request))}
@@ -223,16 +196,28 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DataError)
     async def unstorable(request: Request, exc: DataError) -> JSONResponse:
-        # PostgreSQL text and jsonb cannot hold U+0000: a value with one is refused, not stored.
-        if "NUL" in str(exc.orig):
-            return error(422, "a value holds a NUL (U+0000) character, which cannot be stored")
-        log.error("%s %s failed: %s", request.method, request.url.path, exc.orig)
-        return error(500, "internal error; the server log has the details")
+        # The body guard (pipeline/api/middleware.py) refuses such values before any route;
+        # PostgreSQL's message quotes the value (its CONTEXT line), so the log names only what.
+        if _unstorable_text(exc.orig):
+            return refusal(Invalid("a value holds a character that cannot be stored"))
+        what = f"{type(exc.orig).__name__} (SQLSTATE {getattr(exc.orig, 'sqlstate', None)})"
+        log.error("%s %s failed: %s", request.method, request.url.path, what)
+        return internal_error()
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
-        return error(500, "internal error; the server log has the details")
+        return internal_error()
+
+
+def _unstorable_text(orig: BaseException | None) -> bool:
+    """PostgreSQL's refusal of a character (a NUL in jsonb, or one outside the encoding), or
+    psycopg's of a NUL in text (which it refuses before sending, with no SQLSTATE)."""
+    refused_characters = (psycopg.errors.UntranslatableCharacter,
+                          psycopg.errors.CharacterNotInRepertoire)  # fmt: skip
+    if isinstance(orig, refused_characters):
+        return True
+    return type(orig) is psycopg.DataError and getattr(orig, "sqlstate", None) is None
 
 
 def _methods_of(request: Request) -> list[str]:
@@ -249,93 +234,3 @@ def _routes(routes: Iterable[Any]) -> Iterator[APIRoute]:
             yield route
         elif hasattr(route, "original_router"):
             yield from _routes(route.original_router.routes)
-
-
-class BodyLimit:
-    """Refuse request bodies over the limit, by Content-Length and by the bytes that arrive."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and not declared.isdigit():
-            response = error(400, "Content-Length must be a whole number of bytes")
-            await response(scope, receive, send)
-            return
-        if declared is not None and int(declared) > self.limit:
-            await self._too_large(scope, receive, send, declared.decode())
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away before sending its body
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._too_large(scope, receive, send, f"more than {self.limit}")
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
-        message = (
-            f"the request body is {size} bytes; the limit is {self.limit} "
-            "(NIGHTSHIFT_API_MAX_BODY_BYTES)"
-        )
-        await error(413, message)(scope, receive, send)
-
-
-_SECURITY_HEADERS = [
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),
-    (b"cache-control", b"no-store"),
-]
-_CSP = (
-    b"default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; "
-    b"connect-src 'self'; "  # the pages' live feed (EventSource)
-    b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-
-
-class SecurityHeaders:
-    """No framing (the approve buttons must not be clickjacked), no sniffing, no caching."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                names = {name.lower() for name, _ in headers}
-                headers += [h for h in _SECURITY_HEADERS if h[0] not in names]
-                if not str(scope.get("path", "")).startswith(("/docs", "/redoc")):
-                    headers.append((b"content-security-policy", _CSP))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)

@@ -13,67 +13,32 @@ A `start_run.delay(...)` caller gets the run id from `.get()` and waits here.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from pipeline.errors import NightshiftError, RunNotFound
+from models import RunStatus
+from pipeline.errors import Failed, RunNotFound
+from pipeline.settings import get_settings
+from pipeline.views.outcomes import RunOutcome
 
 LONG_POLL = 60.0
 """Seconds one request waits at most (the server accepts up to 120)."""
 TIMER_NAP = 1.0
 """Between looks while the run waits on a timer that is due (the tick wakes it)."""
-_PERSON = ("approval:", "action:")
 
 
-class ClientError(NightshiftError):
+class ClientError(Failed):
     """The nightshift API refused the request or could not be reached."""
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    run_id: str
-    status: str
-    stop_reason: str | None
-    waiting_on: str | None
-    wake_at: str | None
-    result: dict[str, Any] | None
-    error: str | None
-
-    @property
-    def finished(self) -> bool:
-        return self.status in ("succeeded", "failed", "cancelled")
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status == "succeeded"
-
-    @property
-    def needs_person(self) -> bool:
-        return self.status == "needs_attention" or (self.waiting_on or "").startswith(_PERSON)
-
-    @classmethod
-    def of(cls, run: dict[str, Any]) -> RunOutcome:
-        return cls(
-            run_id=str(run.get("run_id") or run["id"]),
-            status=run["status"],
-            stop_reason=run.get("stop_reason"),
-            waiting_on=run.get("waiting_on"),
-            wake_at=run.get("wake_at"),
-            result=run.get("result"),
-            error=run.get("error"),
-        )
 
 
 class NightshiftClient:
     def __init__(self, base_url: str | None = None, token: str | None = None) -> None:
-        base_url = base_url or os.environ.get("NIGHTSHIFT_API_URL")
-        token = token or os.environ.get("NIGHTSHIFT_API_TOKEN")
+        base_url = base_url or get_settings().api_url
+        token = token or get_settings().api_token
         if not base_url:
             raise ClientError("the nightshift API's URL is not set (NIGHTSHIFT_API_URL)")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -112,7 +77,7 @@ class NightshiftClient:
         """The run now, or (wait) once it finished or started waiting, at most `wait` s."""
         params = {"wait": f"{min(wait, LONG_POLL):g}"} if wait > 0 else {}
         shown = self._call("GET", f"/runs/{run_id}", params=params)
-        return RunOutcome.of(shown["run"])
+        return RunOutcome.from_json(shown["run"])
 
     def wait_for_run(self, run_id: str | uuid.UUID, timeout: float) -> RunOutcome:
         """The run once it finished or waits for a person, or as it is after `timeout` s."""
@@ -123,7 +88,7 @@ class NightshiftClient:
             left = give_up - time.monotonic()
             if found.finished or found.needs_person or left <= 0:
                 return found
-            if found.status != "running":  # a timer: nothing happens before it is due
+            if found.status is not RunStatus.RUNNING:  # a timer: nothing happens before it is due
                 due = _seconds_until(found.wake_at) if found.wake_at else 0.0
                 time.sleep(min(max(due, TIMER_NAP), left))
 
@@ -147,8 +112,8 @@ def _error(response: httpx.Response) -> str:
         return response.text[:200]
 
 
-def _seconds_until(when: str) -> float:
-    return (datetime.fromisoformat(when) - datetime.now(UTC)).total_seconds()
+def _seconds_until(when: datetime) -> float:
+    return (when - datetime.now(UTC)).total_seconds()
 
 
 def wait_for_run(run_id: str | uuid.UUID, timeout: float) -> RunOutcome:

@@ -20,7 +20,7 @@ import psycopg
 from fastapi.concurrency import run_in_threadpool
 
 from pipeline.db import libpq_url
-from pipeline.views.outcomes import RECHECK, SETTLED_CHANNEL, Outcome, outcome
+from pipeline.views.outcomes import RECHECK, SETTLED_CHANNEL, RunOutcome, outcome
 
 log = logging.getLogger("nightshift.api")
 
@@ -29,7 +29,7 @@ MAX_WAIT = 120.0
 RECONNECT_SECONDS = 1.0
 
 
-async def wait_settled(run_id: uuid.UUID, timeout: float) -> Outcome:
+async def wait_settled(run_id: uuid.UUID, timeout: float) -> RunOutcome:
     """The run once it finished or started waiting, or as it is after `timeout` seconds."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + timeout

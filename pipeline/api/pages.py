@@ -2,7 +2,8 @@
 
 Server-rendered HTML (Jinja2, autoescaped). People sign in with their own token (`nightshift
 tokens create --for ...`), or are signed in by a trusted proxy's identity header; the session
-is a signed cookie (HttpOnly, SameSite=Strict) and every form carries a CSRF token. Decisions
+is a server-side row behind a signed cookie (HttpOnly, SameSite=Strict: pipeline/api/sessions.py)
+and every form, the sign-in form included, carries a CSRF token. Decisions
 go through pipeline.runs.decisions.decide, the same single-use decision as the webhook, as
 whom the session speaks for.
 """
@@ -26,14 +27,29 @@ from starlette.templating import Jinja2Templates
 from models import ActionState, RunStatus
 from pipeline.api import tokens, words
 from pipeline.api.auth import proxy_identity
-from pipeline.api.base import ApiConfig, ApiError, status_for
-from pipeline.api.sessions import COOKIE, SessionSigner, WebSession
+from pipeline.api.base import ApiConfig, status_for
+from pipeline.api.sessions import (
+    COOKIE,
+    LOGIN_COOKIE,
+    LOGIN_MAX_AGE_SECONDS,
+    Sessions,
+    WebSession,
+    session_key,
+)
 from pipeline.api.sse import event_stream
-from pipeline.errors import NightshiftError
+from pipeline.errors import (
+    Invalid,
+    Malformed,
+    NightshiftError,
+    Refused,
+    Unauthenticated,
+    UnsupportedMediaType,
+)
 from pipeline.keys import entry_kind
 from pipeline.runs.decisions import Actor, Decision, Seen, decide, retry
 from pipeline.settings import get_settings
 from pipeline.views.actions import ATTENTION, count_actions, list_actions, show_action
+from pipeline.views.alerts import list_alerts
 from pipeline.views.artifacts import read_artifact
 from pipeline.views.batches import list_batches, show_batch
 from pipeline.views.feed import Subject, format_position, latest_position
@@ -43,6 +59,8 @@ from pipeline.views.runs import list_runs, resolve_run_id, show_run
 WEB = Path(__file__).parent / "web"
 MAX_FORM_FIELDS = 20
 MAX_NOTE = 2000
+CHILDREN_A_PAGE = 100
+"""A batch's page lists its children this many at a time, under their counts by status."""
 
 templates = Jinja2Templates(
     env=Environment(loader=FileSystemLoader(WEB), autoescape=select_autoescape(default=True))
@@ -52,7 +70,7 @@ router = APIRouter(include_in_schema=False)
 
 
 def install(app: FastAPI, config: ApiConfig) -> None:
-    app.state.sessions = SessionSigner(config.session_key())
+    app.state.sessions = Sessions(session_key(config.session_secret, get_settings().data_dir))
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=WEB / "static"), name="static")
 
@@ -60,8 +78,8 @@ def install(app: FastAPI, config: ApiConfig) -> None:
 # -- sessions -------------------------------------------------------------------------------
 
 
-def _signer(request: Request) -> SessionSigner:
-    signer: SessionSigner = request.app.state.sessions
+def _signer(request: Request) -> Sessions:
+    signer: Sessions = request.app.state.sessions
     return signer
 
 
@@ -96,9 +114,11 @@ def _proxied(request: Request) -> tokens.Authenticated | None:
 
 
 def _signed_in(request: Request, found: tokens.Authenticated) -> RedirectResponse:
+    """Begin a session for `found` (sync: it writes the session's row)."""
     response = RedirectResponse("/ui", status_code=303)
     via = found.actor.via.removeprefix("status page, ")
-    cookie = _signer(request).issue(found.actor.identity, f"status page, {via}", found.token_id)
+    cookie = _signer(request).begin(found.actor.identity, f"status page, {via}", found.token_id)
+    response.delete_cookie(LOGIN_COOKIE, path="/ui/login", httponly=True, samesite="strict")
     response.set_cookie(
         COOKIE,
         cookie,
@@ -117,12 +137,12 @@ def _to_login() -> RedirectResponse:
 
 async def _form(request: Request) -> dict[str, str]:
     if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        raise ApiError(415, "expected a form (application/x-www-form-urlencoded)")
+        raise UnsupportedMediaType("expected a form (application/x-www-form-urlencoded)")
     try:
         text = (await request.body()).decode()
         return dict(parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
     except (UnicodeDecodeError, ValueError):
-        raise ApiError(400, "the form could not be read") from None
+        raise Malformed("the form could not be read") from None
 
 
 def _page(
@@ -160,12 +180,38 @@ def login_form(request: Request) -> Response:
     proxied = _proxied(request)
     if proxied is not None:  # the proxy signed the person in: nothing to type
         return _signed_in(request, proxied)
-    return _page(request, "login.html", None, insecure=_config(request).insecure_no_auth)
+    return _login_page(request)
+
+
+def _login_page(request: Request, refused: NightshiftError | None = None) -> Response:
+    """The sign-in form (saying why the last sign-in was refused), with a fresh CSRF value in a
+    cookie of its own and in the form."""
+    nonce = uuid.uuid4().hex
+    status = 200 if refused is None else status_for(refused)
+    error = None if refused is None else str(refused)
+    response = _page(
+        request, "login.html", None, status=status, error=error,
+        insecure=_config(request).insecure_no_auth, csrf=_signer(request).login_csrf(nonce),
+    )  # fmt: skip
+    response.set_cookie(
+        LOGIN_COOKIE,
+        nonce,
+        max_age=LOGIN_MAX_AGE_SECONDS,
+        path="/ui/login",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
 
 
 @router.post("/ui/login")
 async def login(request: Request) -> Response:
     fields = await _form(request)
+    if not _signer(request).login_csrf_matches(
+        request.cookies.get(LOGIN_COOKIE), fields.get("csrf")
+    ):  # another site posting a token of its own would sign this browser in as that person
+        return _login_page(request, StaleForm())
     config = _config(request)
     token = fields.get("token", "").strip()
     found = None
@@ -182,11 +228,8 @@ async def login(request: Request) -> Response:
     else:
         problem = "Enter your token."
     if found is None:
-        return _page(
-            request, "login.html", None, status=401, error=problem,
-            insecure=config.insecure_no_auth,
-        )  # fmt: skip
-    return _signed_in(request, found)
+        return _login_page(request, Unauthenticated(problem))
+    return await run_in_threadpool(_signed_in, request, found)
 
 
 @router.post("/ui/logout")
@@ -194,16 +237,27 @@ async def logout(request: Request) -> Response:
     session = await run_in_threadpool(_session, request)
     fields = await _form(request)
     if session is not None and not _signer(request).csrf_matches(session, fields.get("csrf")):
-        return _page(request, "error.html", session, status=403, message=_STALE_FORM)
+        return _failure(request, session, StaleForm())
+    await run_in_threadpool(_signer(request).end, request.cookies.get(COOKIE))
     response = _to_login()
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return response
 
 
-_STALE_FORM = "This form is stale or was not sent by the status page; reload the page and retry."
+class StaleForm(Refused):
+    """This form is stale or was not sent by the status page; reload the page and retry."""
 
 
 # -- pages ----------------------------------------------------------------------------------
+
+
+def _to_decide(limit: int) -> dict[str, Any]:
+    """What waits for a person, as the dashboard and the attention page list it: approvals,
+    and sends whose outcome nobody knows."""
+    return {
+        "approvals": list_actions(state=ActionState.PENDING_APPROVAL, limit=limit),
+        "unknown": list_actions(state=ActionState.OUTCOME_UNKNOWN, limit=limit),
+    }
 
 
 @router.get("/ui")
@@ -216,8 +270,8 @@ def dashboard(request: Request, status: str | None = None) -> Response:
         request,
         "dashboard.html",
         session,
-        approvals=list_actions(state=ActionState.PENDING_APPROVAL, limit=100),
-        unknown=list_actions(state=ActionState.OUTCOME_UNKNOWN, limit=100),
+        **_to_decide(limit=100),
+        alerts=list_alerts(limit=10),
         batches=[b.as_json() for b in list_batches(limit=20)],
         runs=list_runs(status=chosen, limit=50),
         chosen=chosen,
@@ -234,7 +288,7 @@ def run_page(request: Request, run_id: str) -> Response:
         wanted = resolve_run_id(run_id)
         # Before reading the run: whatever commits from here on arrives as an event (the
         # page drops what it already shows), so nothing falls between the two.
-        after = format_position(latest_position(Subject(run_id=wanted)))
+        after = format_position(latest_position())
         detail = show_run(wanted, full=True)
     except NightshiftError as exc:
         return _failure(request, session, exc)
@@ -251,16 +305,17 @@ def run_page(request: Request, run_id: str) -> Response:
 async def run_feed(request: Request, run_id: str) -> Response:
     """The run page's live feed: the API's event stream, behind the page's session."""
     if _session(request) is None:
-        raise ApiError(401, "sign in first (/ui/login)")
+        raise Unauthenticated("sign in first (/ui/login)")
     subject = Subject(run_id=await run_in_threadpool(resolve_run_id, run_id))
-    return await event_stream(subject, _last_event_id(request))
+    return await event_stream(subject, _last_event_id(request), lambda: signed_in(request))
 
 
 @router.get("/ui/batches/{batch_id:path}/events")
 async def batch_feed(request: Request, batch_id: str) -> Response:
     if _session(request) is None:
-        raise ApiError(401, "sign in first (/ui/login)")
-    return await event_stream(Subject(batch_id=batch_id), _last_event_id(request))
+        raise Unauthenticated("sign in first (/ui/login)")
+    subject = Subject(batch_id=batch_id)
+    return await event_stream(subject, _last_event_id(request), lambda: signed_in(request))
 
 
 def _last_event_id(request: Request) -> str | None:
@@ -302,23 +357,41 @@ def attention_page(request: Request) -> Response:
         request,
         "attention.html",
         session,
-        approvals=list_actions(state=ActionState.PENDING_APPROVAL, limit=200),
-        unknown=list_actions(state=ActionState.OUTCOME_UNKNOWN, limit=200),
+        **_to_decide(limit=200),
     )
 
 
+@router.get("/ui/batches/{batch_id:path}/progress")
+def batch_progress(request: Request, batch_id: str) -> dict[str, Any]:
+    """The batch as GET /batches/{id} shows it: what its page's counts follow, since the page
+    lists only a page of the children."""
+    if _session(request) is None:
+        raise Unauthenticated("sign in first (/ui/login)")
+    return show_batch(batch_id).as_json()
+
+
 @router.get("/ui/batches/{batch_id:path}")
-def batch_page(request: Request, batch_id: str) -> Response:
+def batch_page(request: Request, batch_id: str, page: int = 1) -> Response:
     session = _session(request)
     if session is None:
         return _to_login()
     try:
-        after = format_position(latest_position(Subject(batch_id=batch_id)))
+        after = format_position(latest_position())
         batch = show_batch(batch_id).as_json()
     except NightshiftError as exc:
         return _failure(request, session, exc)
-    runs = list_runs(batch=batch_id, limit=500)
-    return _page(request, "batch.html", session, batch=batch, runs=runs, after=after)
+    page = max(page, 1)
+    first = (page - 1) * CHILDREN_A_PAGE
+    runs = list_runs(batch=batch_id, limit=CHILDREN_A_PAGE, offset=first)
+    total = batch["children"]["total"]
+    pages = {
+        "first": first + 1 if runs else first,
+        "last": first + len(runs),
+        "total": total,
+        "newer": page - 1 if page > 1 else None,
+        "older": page + 1 if first + len(runs) < total else None,
+    }
+    return _page(request, "batch.html", session, batch=batch, runs=runs, pages=pages, after=after)
 
 
 @router.get("/ui/actions/{key:path}")
@@ -358,11 +431,11 @@ async def decide_page(request: Request, key: str) -> Response:
         return _to_login()
     fields = await _form(request)
     if not _signer(request).csrf_matches(session, fields.get("csrf")):
-        return _page(request, "error.html", session, status=403, message=_STALE_FORM)
+        return _failure(request, session, StaleForm())
     decision = fields.get("decision")
     if decision not in _PAGE_DECISIONS:
         message = f"decision must be one of {', '.join(_PAGE_DECISIONS)}"
-        return _page(request, "error.html", session, status=422, message=message)
+        return _failure(request, session, Invalid(message))
     note = (fields.get("note") or "").strip()[:MAX_NOTE] or None
     actor = Actor(session.who, session.via)
     try:
@@ -393,7 +466,7 @@ def _seen(fields: dict[str, str]) -> Seen:
     try:
         run_id = uuid.UUID(fields["run_id"]) if fields.get("run_id") else None
     except ValueError:
-        raise ApiError(400, "the form's run_id is not a run id") from None
+        raise Malformed("the form's run_id is not a run id") from None
     return Seen(run_id, fields.get("args_hash") or None)
 
 
@@ -406,5 +479,6 @@ templates.env.globals |= {
     "plain": words.plain,
     "action_words": words.action_words,
     "waiting_words": words.waiting_words,
+    "who_decides": words.who_decides,
 }
 templates.env.filters["markdown"] = lambda text: Markup(words.markdown(text))

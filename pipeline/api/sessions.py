@@ -1,25 +1,36 @@
-"""Status-page sessions: a signed cookie naming the person, and a CSRF token bound to it.
+"""Status-page sessions: a row in PostgreSQL naming the person, and a signed cookie holding its id.
 
-The cookie holds no token: `<base64 JSON {who, via, tid, iat, nonce}>.<HMAC>` signed with a key
-derived from NIGHTSHIFT_API_TOKEN, so rotating that token ends every session. `who` is whom the
-person token used at sign-in speaks for (`tid` names that token, and the pages re-check that it
-is not revoked) or the trusted proxy's identity header. The CSRF token is an HMAC of the
-session's nonce: each form carries it, and a POST without the matching value is refused.
+The cookie is `<random id>.<HMAC>`, signed with the status page's own key
+(NIGHTSHIFT_SESSION_SECRET, else `session.key` made into the data dir's secrets: never derived
+from a credential a client holds, so no token can mint a session). The session lives while its
+row does: signing out deletes it, and so does revoking the person token it signed in with; only
+the id's SHA-256 is stored. `who` is whom that token speaks for (`token_id` names it, and the
+pages re-check that it is not revoked) or the trusted proxy's identity header. The CSRF token of
+each form is an HMAC of the session's id; the sign-in form's is an HMAC of a random value in a
+cookie of its own, so another site cannot sign a browser in (login CSRF).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
 import secrets
-import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import delete, select
+
+from models import StatusPageSession
+from pipeline.db import transaction
+from pipeline.embedded.access import secret
 
 COOKIE = "nightshift_session"
+LOGIN_COOKIE = "nightshift_login"
 MAX_AGE_SECONDS = 12 * 3600
+LOGIN_MAX_AGE_SECONDS = 3600
+KEY_FILE = "session.key"
 
 
 @dataclass(frozen=True)
@@ -29,58 +40,92 @@ class WebSession:
     via: str
     """How `who` was established (a token's prefix, the proxy header), for the audit trail."""
     token_id: uuid.UUID | None
-    issued: int
-    nonce: str
+    session_id: str
 
 
-class SessionSigner:
+def session_key(configured: str | None, data_dir: Path) -> bytes:
+    """The key that signs sessions: NIGHTSHIFT_SESSION_SECRET, else the data dir's own."""
+    chosen = configured if configured is not None else secret(data_dir, KEY_FILE)
+    return hashlib.sha256(b"nightshift status page sessions." + chosen.encode()).digest()
+
+
+class Sessions:
     def __init__(self, key: bytes, max_age: int = MAX_AGE_SECONDS) -> None:
         self._key = key
         self.max_age = max_age
 
-    def issue(
-        self, who: str, via: str, token_id: uuid.UUID | None, now: float | None = None
-    ) -> str:
-        issued = int(time.time() if now is None else now)
-        claims = {
-            "who": who,
-            "via": via,
-            "tid": str(token_id) if token_id else None,
-            "iat": issued,
-            "nonce": secrets.token_urlsafe(16),
-        }
-        payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
-        return f"{payload}.{self._mac('session', payload)}"
-
-    def read(self, cookie: str | None, now: float | None = None) -> WebSession | None:
-        """The session in a cookie, or None if it is missing, forged or expired."""
-        if not cookie or cookie.count(".") != 1:
-            return None
-        payload, mac = cookie.split(".")
-        if not hmac.compare_digest(mac.encode(), self._mac("session", payload).encode()):
-            return None
-        try:
-            claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-            session = WebSession(
-                who=str(claims["who"]),
-                via=str(claims["via"]),
-                token_id=uuid.UUID(claims["tid"]) if claims["tid"] else None,
-                issued=int(claims["iat"]),
-                nonce=str(claims["nonce"]),
+    def begin(self, who: str, via: str, token_id: uuid.UUID | None) -> str:
+        """A new session's cookie value (its row is written first)."""
+        session_id = secrets.token_urlsafe(32)
+        now = datetime.now(UTC)
+        with transaction() as db:
+            db.execute(delete(StatusPageSession).where(StatusPageSession.expires_at < now))
+            db.add(
+                StatusPageSession(
+                    id_hash=_digest(session_id),
+                    who=who,
+                    via=via,
+                    token_id=token_id,
+                    expires_at=now + timedelta(seconds=self.max_age),
+                )
             )
-        except (ValueError, KeyError, TypeError):
+        return f"{session_id}.{self._mac('session', session_id)}"
+
+    def read(self, cookie: str | None) -> WebSession | None:
+        """The session in a cookie, or None if it is missing, forged, ended or expired."""
+        session_id = self._verified(cookie)
+        if session_id is None:
             return None
-        age = (time.time() if now is None else now) - session.issued
-        return session if 0 <= age <= self.max_age else None
+        with transaction() as db:
+            row = db.scalar(
+                select(StatusPageSession).where(
+                    StatusPageSession.id_hash == _digest(session_id),
+                    StatusPageSession.expires_at > datetime.now(UTC),
+                )
+            )
+            if row is None:
+                return None
+            return WebSession(row.who, row.via, row.token_id, session_id)
+
+    def end(self, cookie: str | None) -> None:
+        """Sign out: the session's row goes, so its cookie opens nothing from now on."""
+        session_id = self._verified(cookie)
+        if session_id is not None:
+            with transaction() as db:
+                db.execute(
+                    delete(StatusPageSession).where(
+                        StatusPageSession.id_hash == _digest(session_id)
+                    )
+                )
 
     def csrf_token(self, session: WebSession) -> str:
-        return self._mac("csrf", session.nonce)
+        return self._mac("csrf", session.session_id)
 
     def csrf_matches(self, session: WebSession, given: str | None) -> bool:
+        return self._matches(self.csrf_token(session), given)
+
+    def login_csrf(self, login_nonce: str) -> str:
+        """The sign-in form's CSRF token, bound to the random value of its own cookie."""
+        return self._mac("login", login_nonce)
+
+    def login_csrf_matches(self, login_nonce: str | None, given: str | None) -> bool:
+        return bool(login_nonce) and self._matches(self.login_csrf(str(login_nonce)), given)
+
+    def _verified(self, cookie: str | None) -> str | None:
+        if not cookie or cookie.count(".") != 1:
+            return None
+        session_id, mac = cookie.split(".")
+        return session_id if self._matches(self._mac("session", session_id), mac) else None
+
+    @staticmethod
+    def _matches(expected: str, given: str | None) -> bool:
         if not given:
             return False
-        expected = self.csrf_token(session)
         return hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace"))
 
     def _mac(self, purpose: str, value: str) -> str:
         return hmac.new(self._key, f"{purpose}.{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()

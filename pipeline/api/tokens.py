@@ -14,13 +14,13 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, func, or_, select, update
+from sqlalchemy import Select, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from models import ApiToken
+from models import ApiToken, StatusPageSession
 from pipeline.db import transaction
-from pipeline.errors import InvalidInput, NightshiftError
+from pipeline.errors import InvalidInput, NightshiftError, UnknownToken
 from pipeline.runs.decisions import Actor
 
 TOKEN_PREFIX = "nst_"
@@ -34,10 +34,6 @@ RESERVED = frozenset({API_TOKEN_IDENTITY, ANONYMOUS})
 MAX_IDENTITY = 200
 _USED_EVERY = timedelta(seconds=60)
 """last_used_at is refreshed at most this often: a busy client must not write on every call."""
-
-
-class UnknownToken(NightshiftError):
-    """No token has that id or prefix."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +132,12 @@ def active(token_id: uuid.UUID) -> Authenticated | None:
     return Authenticated(Actor(row.identity, f"status page, token {row.prefix}"), token_id)
 
 
+def still_valid(found: Authenticated) -> bool:
+    """Whether what authenticated a request still does: a person token until it is revoked
+    (the API token and a proxy's header stay what they were for the request's life)."""
+    return found.token_id is None or active(found.token_id) is not None
+
+
 def _touch_txn(session: Session, token_id: uuid.UUID) -> None:
     session.execute(
         update(ApiToken)
@@ -170,6 +172,8 @@ def revoke_token(ref: str, by: str) -> TokenInfo:
                 .where(ApiToken.id == row.id)
                 .values(revoked_at=func.now(), revoked_by=by)
             )
+            # The pages re-check the token anyway; its sessions go with it all the same.
+            session.execute(delete(StatusPageSession).where(StatusPageSession.token_id == row.id))
             session.refresh(row)
         return _info(row)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 
+from pipeline.api.tokens import Authenticated
+
 
 def replay_key(digest: str, credential: str | None) -> str:
     """What the replay cache remembers: the signature, with the bearer credential it came with.
@@ -19,3 +21,11 @@ def replay_key(digest: str, credential: str | None) -> str:
     if credential is None:
         return digest
     return hashlib.sha256(f"{digest}\n{credential}".encode("utf-8", "replace")).hexdigest()
+
+
+def credential_of(who: Authenticated) -> str:
+    """The credential as authenticated, not as spelled: `bearer X`, `BEARER X` and a doubled
+    space are one token, so the same signed request sent with each is a replay."""
+    if who.token_id is not None:
+        return f"token {who.token_id}"
+    return f"{who.actor.via}: {who.actor.identity}"

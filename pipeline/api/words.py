@@ -9,6 +9,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from pipeline.keys import Wait, WaitKind
+from pipeline.runs.decisions import not_an_approver
 
 # CommonMark with raw HTML off: a model's "<script>" is shown as text. markdown-it also
 # refuses javascript:, vbscript: and data: links (its validateLink).
@@ -67,9 +68,22 @@ def waiting_words(waiting_on: str | None) -> str:
         WaitKind.ACTION: f"for a person to say whether {wait.ref} happened",
         WaitKind.TIMER: "for its timer",
         WaitKind.RETRY: f"to try {wait.ref} again (the service kept failing)",
+        WaitKind.MODEL: f"for the model provider to answer again ({wait.ref} is down)",
+        WaitKind.CONFLICT: f"for the run that owns {wait.ref} to settle it",
+        WaitKind.VERSION: f"for a person to allow it to go on under agent version {wait.ref}",
     }[wait.kind]
 
 
 def markdown(text: str) -> str:
     """Safe HTML for a markdown document: escaped text, no raw HTML passes through."""
     return _MARKDOWN.render(text)
+
+
+def who_decides(action: dict[str, Any], who: str) -> str:
+    """Who may decide the action, as `who` may see it: the approvers are named only to one
+    of them (a refused decision's 403 does not name them either: knowing whose credential
+    would do tells a stranger whom to go after)."""
+    approvers = action.get("approvers") or []
+    if not_an_approver(action["idempotency_key"], who, approvers) is not None:
+        return "named approvers (you are not one of them)"
+    return ", ".join(approvers) if approvers else "anyone signed in"

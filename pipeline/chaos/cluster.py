@@ -32,14 +32,17 @@ from beat_schedule import SCHEDULES
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
 from pipeline.chaos.faults import APPROVER
 from pipeline.chaos.hosts import Host, Network
+from pipeline.chaos.poison import AGENT_PATH as POISON_PATH
+from pipeline.chaos.poison import KILL_MARK
 from pipeline.chaos.webhook import ApiServer, ApprovalWebhook, create_token
 from pipeline.db import transaction
 from pipeline.errors import ServiceError
-from pipeline.local.processes import CeleryProcess
 from pipeline.migrate import upgrade
+from pipeline.processes.celery_process import CeleryProcess
+from pipeline.registry import registry
 from pipeline.sandbox import SandboxSet, start_all
 from pipeline.sandbox.responders import agent_responder
-from pipeline.settings import get_settings
+from pipeline.settings import get_settings, use_environment
 
 T = TypeVar("T")
 
@@ -111,6 +114,8 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
     deaths: list[Death] = field(default_factory=list)
     replaced: int = 0
+    poison_kills: int = 0
+    """Workers killed by a poison run's tool (expected: the workload's poison agent)."""
     restarts: dict[str, list[float]] = field(default_factory=dict)
     """Seconds each restarted service was unreachable."""
     urls: dict[str, str] = field(default_factory=dict)
@@ -155,14 +160,19 @@ class Cluster:
             "NIGHTSHIFT_SERVICE_RETRY_SECONDS": "10",
             "NIGHTSHIFT_EMAIL_MODE": "keys",
             "NIGHTSHIFT_MODEL_TIMEOUT": "10",
+            # Probes of a model outage at most 10 s apart, and the runs that waited resumed
+            # 20 a second: the outages last seconds, the workload is small.
+            "NIGHTSHIFT_MODEL_PROBE_MAX_SECONDS": "10",
+            "NIGHTSHIFT_MODEL_RESUME_PER_SECOND": "20",
             # The shipped tools' approvers, configured as a deployment would.
             "NIGHTSHIFT_APPROVERS_SET_PRICE": APPROVER,
             "NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST": APPROVER,
+            # The poison agent joins the workload: its runs kill their worker until they fail.
+            "NIGHTSHIFT_AGENTS": ",".join(filter(None, (get_settings().agents, POISON_PATH))),
         }
         # Before anything imports the Celery app: the harness sends steps and approvals too.
-        os.environ.update(self.env)
-
-        get_settings.cache_clear()
+        use_environment(self.env)
+        registry.cache_clear()
         schedules_off.write_text(json.dumps(_disabled_schedules()))
 
         upgrade()
@@ -252,7 +262,9 @@ class Cluster:
                 if slot.frozen_until is not None and now >= slot.frozen_until:
                     self.thaw(slot)
                 if slot.process.exited():
-                    if not slot.killed:
+                    if _killed_by_poison(slot.process):
+                        self.poison_kills += 1
+                    elif not slot.killed:
                         self._died(slot.process)
                     self._replace(slot)
             if self.beat is not None and self.beat.exited():
@@ -427,6 +439,13 @@ class Cluster:
             setattr(server, name, value)
         self.later(seconds, what, set_right)
 
+    def model_outage(self, status: int, seconds: float, retry_after: float | None) -> None:
+        """The Messages API answers `status` to every request for `seconds`."""
+        assert self.sandboxes is not None
+        if self.sandboxes.messages.stats()["outage_seconds_left"]:
+            raise NoTarget("the Messages API is down already")
+        self.sandboxes.messages.outage(status, seconds, retry_after)
+
     def held_runs(self) -> dict[int, list[tuple[uuid.UUID, int]]]:
         """pid -> the (run, fence) pairs whose lease it holds (lease_owner is host:pid:thread)."""
 
@@ -439,6 +458,11 @@ class Cluster:
             return held
 
         return retrying(query)
+
+
+def _killed_by_poison(process: CeleryProcess) -> bool:
+    """Whether the process's own poison tool killed it: the tool's last words are in its log."""
+    return any(KILL_MARK in line for line in process.log().splitlines()[-40:])
 
 
 def _wait_gone(pid: int, timeout: float = 60.0) -> None:

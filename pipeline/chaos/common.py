@@ -12,12 +12,12 @@ import redis
 from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import DBAPIError
 
-from pipeline.errors import NightshiftError
+from pipeline.errors import Failed
 
 T = TypeVar("T")
 
 
-class ChaosError(NightshiftError):
+class ChaosError(Failed):
     """The chaos harness could not do what it was asked."""
 
 

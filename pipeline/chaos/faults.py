@@ -22,6 +22,7 @@ from pipeline.db import transaction
 KINDS = (
     "kill", "stop", "redis", "postgres", "duplicate", "webhook",
     "cut_postgres", "cut_redis", "wipe", "slow_service", "lying_service", "postgres_in_send",
+    "model_outage",
 )  # fmt: skip
 """kill: SIGKILL a worker or a pool child; stop: SIGSTOP one past its lease; redis, postgres:
 restart the server; duplicate: a step message sent twice; webhook: one signed approval delivery
@@ -29,18 +30,21 @@ posted twice at once (the second must be refused as a replay); cut_postgres, cut
 worker host partitioned from the server past the lease, then healed; wipe: the broker loses
 everything (FLUSHALL, or a fresh empty Redis on its port); slow_service: a service answers only
 after the lease ran out, having done the work; lying_service: a service does the work and
-answers 503; postgres_in_send: PostgreSQL restarts while a side effect's send is in flight."""
+answers 503; postgres_in_send: PostgreSQL restarts while a side effect's send is in flight;
+model_outage: the Messages API answers 529, or 429 with a retry-after, to every request for
+10-30 s (the runs must wait it out, none may fail model_unavailable)."""
 NETWORK_KINDS = frozenset({"cut_postgres", "cut_redis"})
 """Kinds that need worker hosts (network namespaces)."""
 DEFAULT_WEIGHTS = (
     "kill=3,stop=2,redis=1,postgres=1,duplicate=2,webhook=2,cut_postgres=2,cut_redis=1.5,"
-    "wipe=0.8,slow_service=1,lying_service=1,postgres_in_send=0.6"
+    "wipe=0.8,slow_service=1,lying_service=1,postgres_in_send=0.6,"
+    "model_outage=0.3"
 )
 SERVICES = ("email", "pricing", "githost")
 """The sandbox services side effects go to."""
 RETRIES, RETRY_SECONDS = 3, 4.0
 """A fault with no target (no pending approval, no busy worker) is tried again this often."""
-RESUMABLE = frozenset(KINDS) - {"duplicate", "webhook"}
+RESUMABLE = frozenset(KINDS) - {"duplicate", "webhook", "model_outage"}
 """Kinds that take a run away from its worker: the time until its next claim is measured."""
 
 
@@ -56,15 +60,18 @@ class Fault:
     """Which target, in [0, 1): an index into the sorted candidates at firing time."""
     hold: float = 0.0
     """stop: seconds frozen; redis, postgres, postgres_in_send, wipe (fresh): seconds down
-    between stop and start; cut_*: seconds partitioned; *_service: seconds misbehaving."""
+    between stop and start; cut_*: seconds partitioned; *_service, model_outage: seconds
+    misbehaving."""
     mode: str = ""
     """kill: worker|child; redis: term|kill; postgres, postgres_in_send: fast|immediate;
-    wipe: flushall|fresh; *_service: which service."""
+    wipe: flushall|fresh; *_service: which service; model_outage: 529|429."""
     delay: float = 0.0
-    """slow_service: seconds each reply waits after the work was done."""
+    """slow_service: seconds each reply waits after the work was done; model_outage (429): the
+    retry-after it asks for."""
 
     def describe(self) -> str:
-        delay = f"replies after {self.delay:.1f}s" if self.delay else ""
+        says = "retry-after" if self.kind == "model_outage" else "replies after"
+        delay = f"{says} {self.delay:.1f}s" if self.delay else ""
         extra = " ".join(
             x for x in (self.mode, f"{self.hold:.1f}s" if self.hold else "", delay) if x
         )
@@ -157,6 +164,9 @@ def plan_faults(
             delay = rng.uniform(lease_seconds * 1.5, lease_seconds * 3)
         elif kind == "lying_service":
             mode, hold = rng.choice(SERVICES), rng.uniform(3, 8)
+        elif kind == "model_outage":
+            mode, hold = rng.choice(("529", "429")), rng.uniform(10, 30)
+            delay = rng.uniform(3, 15) if mode == "429" else 0.0
         faults.append(
             Fault(index, round(at, 3), kind, round(pick, 6), round(hold, 3), mode, round(delay, 3))
         )

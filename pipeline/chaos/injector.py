@@ -182,6 +182,12 @@ class Injector:
         self.sampler.watch_sends(fault.kind, fault.mode, time.monotonic(), fault.hold)
         record.target = f"{fault.mode} does the work and answers 503, for {fault.hold:.1f}s"
 
+    def _model_outage(self, fault: Fault, record: FaultRecord) -> None:
+        retry_after = fault.delay or None
+        self.cluster.model_outage(int(fault.mode), fault.hold, retry_after)
+        asks = f" with retry-after {retry_after:.0f}s" if retry_after else ""
+        record.target = f"the Messages API answers {fault.mode}{asks} for {fault.hold:.1f}s"
+
     def _postgres_in_send(self, fault: Fault, record: FaultRecord) -> None:
         deadline = time.monotonic() + SEND_WAIT_SECONDS
         while not (sending := retrying(_sends_in_flight)):

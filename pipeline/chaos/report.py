@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
+from models import RunStatus
 from pipeline.chaos.cluster import LEASE_SECONDS
 from pipeline.chaos.common import retrying
 from pipeline.chaos.faults import KINDS, RESUMABLE
+from pipeline.chaos.poison import POISON as POISON_AGENT
 from pipeline.db import transaction
 from pipeline.sandbox import read_log
 
@@ -32,7 +34,6 @@ STALE_WRITE_PATTERNS = {
 """Worker log lines that show a write refused because another worker had taken the run over
 (LeaseLost), or PostgreSQL ending the session of a worker frozen in the middle of a send."""
 DUPLICATE_MESSAGES_PATTERN = "not claimable"
-TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 @dataclass
@@ -68,9 +69,15 @@ class ChaosReport:
     duplicate_messages_refused: int
     approvals: dict[str, int]
     workers_replaced: int
+    poison: dict[str, int]
+    """The poison agent's runs by status and reason, and the workers they killed."""
     restarts: dict[str, list[float]]
     settle_seconds: float
     logs: str
+    model_waits: dict[str, float | int] = field(default_factory=dict)
+    """Runs that waited on the model provider (a model_outage fault): seconds each waited."""
+    model_unavailable: int = 0
+    """Runs that failed model_unavailable: an outage of tens of seconds must be waited out."""
     duplicate_keys: list[str] = field(default_factory=list)
     missing_effects: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
@@ -120,6 +127,9 @@ class ChaosReport:
                 for kind, r in self.resume_by_kind.items()
                 if r["n"]
             ),
+            f"model waits          {self.model_waits.get('n', 0)} runs waited on the model: "
+            f"p50 {self.model_waits.get('p50', 0)}s  p95 {self.model_waits.get('p95', 0)}s  max "
+            f"{self.model_waits.get('max', 0)}s; {self.model_unavailable} failed model_unavailable",
             f"side effects         {self.side_effects} delivered, {self.duplicates} duplicates: "
             f"duplicate-action rate {_pct(self.duplicate_rate)}; {self.resends_absorbed} resends "
             "with the same key absorbed by the services",
@@ -133,6 +143,10 @@ class ChaosReport:
             f"workers              {self.workers_replaced} replaced, "
             f"{len(self.unexpected_exits)} exited without being killed; "
             f"{self.resolved_by_person} unknown outcomes resolved as a person",
+            f"poison runs          {self.poison.get('runs', 0)}: "
+            f"{self.poison.get('failed crashed_worker', 0)} failed crashed_worker, "
+            f"{self.poison.get('runs', 0) - self.poison.get('failed crashed_worker', 0)} "
+            f"otherwise; {self.poison.get('workers_killed', 0)} workers killed by them",
             f"restarts             redis {len(self.restarts.get('redis', []))}, postgres "
             f"{len(self.restarts.get('postgres', []))}; settled in {self.settle_seconds:.0f}s",
         ]
@@ -212,6 +226,25 @@ def _runs() -> list[Any]:
         return list(session.execute(query))
 
 
+# Each wait on the model: from the status event that parked the run to its next status event
+# (woken, or ended), or until now for a run still waiting.
+_MODEL_WAITS = text(
+    """
+    SELECT run_id, sum(extract(epoch FROM coalesce(until, now()) - created_at)) AS seconds
+      FROM (SELECT run_id, created_at, data->>'waiting_on' AS waiting_on,
+                   lead(created_at) OVER (PARTITION BY run_id ORDER BY id) AS until
+              FROM run_events WHERE kind = 'status') AS changes
+     WHERE waiting_on LIKE 'model:%'
+     GROUP BY run_id
+    """
+)
+
+
+def _model_waits() -> dict[Any, float]:
+    with transaction() as session:
+        return {row.run_id: float(row.seconds) for row in session.execute(_MODEL_WAITS)}
+
+
 def _scan_worker_logs(cluster: Cluster) -> tuple[dict[str, int], int]:
     stale = dict.fromkeys(STALE_WRITE_PATTERNS, 0)
     refused = 0
@@ -247,7 +280,10 @@ def verify(
     }
     statuses = Counter(str(row.status) for row in runs.values())
     succeeded = {run for run, row in runs.items() if row.status == "succeeded"}
-    interrupted = sampler.interrupted & set(runs)
+    # A poison run is meant to kill its workers until it fails crashed_worker (checked below,
+    # with its own line): it is not an interrupted run that should have resumed.
+    poisoned = {run for run, row in runs.items() if row.agent == POISON}
+    interrupted = (sampler.interrupted & set(runs)) - poisoned
     delivered = deliveries(cluster)
     actions = retrying(_actions)
     stale, refused = _scan_worker_logs(cluster)
@@ -293,6 +329,7 @@ def verify(
             "errors": len(approvals.errors),
         },
         workers_replaced=cluster.replaced,
+        poison=_poison(runs.values(), cluster.poison_kills),
         restarts=cluster.restarts,
         settle_seconds=round(settled, 1),
         logs=str(cluster.logs),
@@ -309,6 +346,11 @@ def verify(
         fault_notes=[f"{r.fault.describe()}: {r.note}" for r in injector.records if not r.injected]
         + [f"harness: {error}" for error in workload.errors[:20]],
     )
+    waits = retrying(_model_waits)
+    report.model_waits = _summary([seconds for run, seconds in waits.items() if run in runs])
+    report.model_unavailable = sum(
+        1 for row in runs.values() if row.stop_reason == "model_unavailable"
+    )
     _classify(report, runs, sampler)
     report.problems = _problems(report, workload, approvals)
     return report
@@ -319,6 +361,14 @@ def _by_agent(rows: Iterable[Any]) -> dict[str, dict[str, int]]:
     for row in rows:
         counts.setdefault(row.agent, Counter())[str(row.status)] += 1
     return {agent: dict(statuses) for agent, statuses in counts.items()}
+
+
+POISON = POISON_AGENT.name
+
+
+def _poison(rows: Iterable[Any], workers_killed: int) -> dict[str, int]:
+    ends = Counter(f"{row.status} {row.stop_reason}" for row in rows if row.agent == POISON)
+    return {"runs": sum(ends.values()), **ends, "workers_killed": workers_killed}
 
 
 def _delivery_key(action: Any) -> str:
@@ -339,7 +389,9 @@ def _classify(report: ChaosReport, runs: dict[Any, Any], sampler: Sampler) -> No
             moving = "no progress" if run_id in still else "still moving"
             report.stuck.append(f"{what}: running at the end ({moving})")
         elif status == "waiting":
-            if row.timer_ahead or row.action_state == "pending_approval":
+            # A wait on the model has its give-up time (hours ahead) as its timer.
+            on_model = (row.waiting_on or "").startswith("model:")
+            if (row.timer_ahead and not on_model) or row.action_state == "pending_approval":
                 why = "timer ahead" if row.timer_ahead else "approval pending"
                 report.still_waiting.append(f"{what}: {why} on {row.waiting_on}")
                 continue
@@ -357,10 +409,18 @@ def _problems(report: ChaosReport, workload: Workload, approvals: Approvals) -> 
         problems.append(f"{len(report.lost) + never_started} run(s) lost")
     if report.stuck:
         problems.append(f"{len(report.stuck)} run(s) stuck")
+    if report.model_unavailable:
+        problems.append(f"{report.model_unavailable} run(s) failed model_unavailable")
     if approvals.doubled():
         problems.append(f"{len(approvals.doubled())} approval(s) took effect twice")
     if approvals.replays_accepted:
         problems.append(f"{approvals.replays_accepted} replayed webhook delivery(ies) accepted")
     if report.unexpected_exits:
         problems.append(f"{len(report.unexpected_exits)} worker or beat exit(s) nobody caused")
+    # A poison run still going is stuck (above); one that ended must have failed crashed_worker.
+    ended = {f"{s} " for s in RunStatus.terminal()}
+    wrong = sum(n for end, n in report.poison.items() if end[: end.find(" ") + 1] in ended
+                and end != "failed crashed_worker")  # fmt: skip
+    if wrong:
+        problems.append(f"{wrong} poison run(s) ended otherwise than failed crashed_worker")
     return problems

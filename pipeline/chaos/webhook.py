@@ -6,7 +6,6 @@ cache, not only the decision's compare-and-set."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
 import subprocess
@@ -20,6 +19,7 @@ import httpx
 
 from pipeline.chaos.common import ChaosError, WebhookUnavailable
 from pipeline.engine.signatures import signed_headers
+from pipeline.settings import child_environment
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 
@@ -47,6 +47,8 @@ class ApiServer:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     _log_file: IO[bytes] | None = field(default=None, repr=False)
+    api_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+    """NIGHTSHIFT_API_TOKEN: what a client of the whole API (and the status page) presents."""
 
     @property
     def url(self) -> str:
@@ -55,9 +57,8 @@ class ApiServer:
     def start(self) -> ApiServer:
         self.port = self.port or _free_port()
         env = {
-            **os.environ,
-            **self.env,
-            "NIGHTSHIFT_API_TOKEN": secrets.token_urlsafe(32),
+            **child_environment(self.env),
+            "NIGHTSHIFT_API_TOKEN": self.api_token,
             "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET": self.approval_secret,
             "NIGHTSHIFT_EVENT_WEBHOOK_SECRET": secrets.token_urlsafe(32),
             "PYTHONUNBUFFERED": "1",
@@ -103,7 +104,7 @@ def create_token(identity: str, env: dict[str, str]) -> str:
     argv = [sys.executable, "-m", "pipeline.cli", "tokens", "create", "--for", identity]
     argv += ["--note", "the chaos harness's approvals", "--json"]
     done = subprocess.run(
-        argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+        argv, env=child_environment(env), capture_output=True, text=True, timeout=120
     )
     if done.returncode != 0:
         raise ChaosError(f"nightshift tokens create failed: {done.stderr.strip()[-500:]}")

@@ -1,6 +1,6 @@
-"""The chaos harness's workload: runs of every shipped agent started at seeded random times,
-and approvals granted later through the signed webhook (some at once, some twice at the same
-instant, signed apart like two buttons pressed)."""
+"""The chaos harness's workload: runs of every shipped agent started at seeded random times
+(the first one a poison run, alone), and approvals granted later through the signed webhook
+(some at once, some twice at the same instant, signed apart like two buttons pressed)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
+
+from models import Run
 from pipeline.chaos.common import TRANSIENT, retrying
 from pipeline.chaos.faults import Approvals, pending_approvals
+from pipeline.chaos.poison import POISON
 from pipeline.db import transaction
 from pipeline.keys import batch_of_synthesis
 from pipeline.registry import agent_names
@@ -23,7 +27,7 @@ from pipeline.runs.start import start_run
 from pipeline.sandbox.web import competitors
 
 if TYPE_CHECKING:
-    from pipeline.agent import BatchPlan
+    from pipeline.agent_definition import BatchPlan
     from pipeline.chaos.harness import Sampler
 
 MAX_ACTIVE = 40
@@ -58,7 +62,7 @@ def _follow_up(n: int, rng: random.Random) -> dict[str, Any]:
 
 
 def _invoice_reminders(n: int, rng: random.Random) -> dict[str, Any]:
-    # A week of its own per run: reminder keys are invoice_reminders:<invoice>:<ISO week>.
+    # A week of its own per run: reminder keys are invoice-reminder:<client>:<ISO week>.
     return {"date": (TODAY + timedelta(weeks=n)).isoformat()}
 
 
@@ -83,7 +87,18 @@ JOBS: tuple[Job, ...] = (
     Job("follow_up", 2, _follow_up),
     Job("invoice_reminders", 0.5, _invoice_reminders),
     Job("competitor_monitor", 0.5, make_batch=_competitor_batch, needs=("price_synthesis",)),
+    # Rare: each of its runs kills a worker max_step_attempts times before it fails.
+    Job(POISON.name, 0.1, lambda n, rng: {"n": n}),
 )
+FIRST_JOB = POISON.name
+"""The workload's first run is a poison run (when the agent is registered, as the harness
+does): at weight 0.1 a short run might have none, and its kills and its crashed_worker end are
+what the report checks."""
+FIRST_ALONE_SECONDS = 45.0
+"""Nothing else starts until that first run has ended (at most this long): its kills take no
+neighbour with them, so the injected faults cannot add up with them to fail an innocent run
+whatever the timing. Neighbours of a poison run are test_poison_runs' subject; the workload's
+later poison runs still meet them at random."""
 
 
 class Workload:
@@ -106,6 +121,9 @@ class Workload:
         self.approve_at: dict[str, float] = {}
         self.approved: set[str] = set()
         self.count = 0
+        self.first: uuid.UUID | None = None
+        """The first run, while nothing else may start (FIRST_ALONE_SECONDS)."""
+        self.alone_until = 0.0
         self.resolved_by_person = 0
         self.next_start = self.next_scan = 0.0
         self.starting = True
@@ -129,10 +147,19 @@ class Workload:
 
     def step(self) -> None:
         now = self.clock()
-        if self.starting and now >= self.next_start and self.sampler.active_count() < MAX_ACTIVE:
+        if now >= self.next_scan and self.first is not None:
+            self._forget_first_once_ended(now)
+        if (
+            self.starting
+            and now >= self.next_start
+            and self.first is None
+            and self.sampler.active_count() < MAX_ACTIVE
+        ):
             self.next_start = now + self.rng.uniform(0.3, 1.5)
             self.count += 1
             job = self.rng.choices(self.jobs, [j.weight for j in self.jobs])[0]
+            if self.count == 1:  # drawn all the same: the seed's later choices do not move
+                job = next((j for j in self.jobs if j.agent == FIRST_JOB), job)
             self.unstarted.append((f"chaos-{self.seed}-{self.count}", job))
         while self.unstarted:
             self._start(*self.unstarted[0])
@@ -150,6 +177,15 @@ class Workload:
         # The key makes a retry after an error safe: it returns the run the first try made.
         started = start_run(job.agent, job.make_input(n, random.Random(key)), idempotency_key=key)
         self.runs.add(started.run_id)
+        if n == 1 and job.agent == FIRST_JOB:
+            self.first, self.alone_until = started.run_id, self.clock() + FIRST_ALONE_SECONDS
+
+    def _forget_first_once_ended(self, now: float) -> None:
+        """Let other runs start once the first run has ended, or it had its time alone."""
+        with transaction() as session:
+            status = session.scalar(select(Run.status).where(Run.id == self.first))
+        if now >= self.alone_until or (status is not None and status.is_terminal()):
+            self.first = None
 
     def _start_batch(self, plan: BatchPlan) -> None:
         # The children start after the commit; one whose message is lost is found by the tick.

@@ -65,9 +65,20 @@ def _input(schema: dict[str, Any]) -> str:
 
 
 def _marks(tool: dict[str, Any]) -> str:
+    return "; ".join([*_effect_marks(tool), *_need_marks(tool)])
+
+
+def _need_marks(tool: dict[str, Any]) -> list[str]:
+    unset = set(tool["needs_unset"])
+    return [
+        f"needs {name}" + (" (not set here)" if name in unset else "") for name in tool["needs"]
+    ]
+
+
+def _effect_marks(tool: dict[str, Any]) -> list[str]:
     effect = tool["side_effect"]
     if effect is None:
-        return "timer: the run waits with no process" if tool["timer"] else "no side effect"
+        return ["timer: the run waits with no process" if tool["timer"] else "no side effect"]
     marks = [f"side effect on {effect['service']}"]
     retention = effect["key_retention_seconds"]
     if effect["honours_keys"] and retention is not None:
@@ -80,4 +91,4 @@ def _marks(tool: dict[str, Any]) -> str:
     if tool["requires_approval"]:
         who = ", ".join(tool["approvers"]) or "anyone allowed to approve"
         marks.append(f"needs approval ({who})")
-    return "; ".join(marks)
+    return marks

@@ -5,6 +5,8 @@ started on its own, stopped again when it ends."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import kombu.exceptions
@@ -14,6 +16,8 @@ from sqlalchemy.exc import DBAPIError
 
 import pipeline.embedded as embedded
 from pipeline.db import dispose_all, started_here
+from pipeline.errors import Unavailable
+from pipeline.reachability import is_database_outage
 from pipeline.settings import Settings, get_settings
 
 LONG_RUNNING = frozenset({"services", "worker", "beat", "flower", "api", "demo", "chaos"})
@@ -28,16 +32,25 @@ def describe(exc: BaseException) -> str | None:
     """One line for a database or broker failure (never the password); None for others."""
     settings = get_settings()
     if isinstance(exc, DBAPIError) and isinstance(exc.orig, _NO_SCHEMA):
+        # A missing column is a schema older than this release, not a missing schema.
+        what = (
+            "has no nightshift tables yet"
+            if isinstance(exc.orig, psycopg.errors.UndefinedTable)
+            else "has a schema older than this nightshift"
+        )
         if settings.database_url is None:
             return (
-                f"{_database(settings)} has no nightshift tables yet: run "
+                f"{_database(settings)} {what}: run "
                 "`nightshift services up` and `nightshift migrate`"
             )
-        return f"{_database(settings)} has no nightshift tables yet: run `nightshift migrate`"
-    if isinstance(exc, DBAPIError) and isinstance(exc.orig, psycopg.OperationalError):
-        return f"cannot reach {_database(settings)}: {_reason(exc.orig, settings)}"
-    if isinstance(exc, psycopg.OperationalError):
-        return f"cannot reach {_database(settings)}: {_reason(exc, settings)}"
+        return f"{_database(settings)} {what}: run `nightshift migrate`"
+    if isinstance(exc, DBAPIError) and isinstance(exc.orig, psycopg.Error):
+        exc = exc.orig
+    if isinstance(exc, psycopg.OperationalError) or is_database_outage(exc):
+        return (
+            f"cannot reach {_database(settings)}: {_reason(exc, settings)} "
+            f"({_bring_back_database(settings)})"
+        )
     if isinstance(exc, _BROKER_DOWN):
         return (
             f"cannot reach {_broker(settings)}: {_reason(exc, settings)} (a run already saved "
@@ -52,6 +65,29 @@ def _database(settings: Settings) -> str:
     parts = urlsplit(settings.database_url)
     where = f"{_host(parts.hostname, parts.port)}{parts.path}"
     return f"the database at {where} (NIGHTSHIFT_DATABASE_URL)"
+
+
+def _bring_back_database(settings: Settings) -> str:
+    if settings.database_url is None:
+        return "`nightshift services up` starts it again"
+    return "is PostgreSQL running there? check NIGHTSHIFT_DATABASE_URL"
+
+
+@contextmanager
+def following(scope: str, ident: object) -> Iterator[None]:
+    """A client that follows a run (or batch) that has started and loses the database or the
+    broker: one line saying so, that the run carries on without it, and how to bring the
+    service back and follow the run again."""
+    try:
+        yield
+    except Exception as exc:
+        line = describe(exc)
+        if line is None:
+            raise
+        raise Unavailable(
+            f"{line}; {scope} {ident} carries on without this command once it is back: "
+            f"nightshift watch {ident}"
+        ) from None
 
 
 def _broker(settings: Settings) -> str:

@@ -1,4 +1,5 @@
-"""CLI verbs for operating runs by hand: serve the API, metrics, cleanup, decisions, cancel."""
+"""CLI verbs for operating runs by hand: serve the API, metrics, retention, decisions, cancel,
+allow (a changed agent version)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import uvicorn
 
 from models import ActionState
 from pipeline.api.base import ApiConfig
-from pipeline.api.server import create_app
+from pipeline.api.server import create_app, server_config
 from pipeline.cli.format import print_json, table
 from pipeline.errors import NightshiftError
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import Actor, Decision, decide, retry
-from pipeline.runs.retention import cleanup
+from pipeline.runs.retention import CleanupReport, cleanup
+from pipeline.runs.versions import allow_version
 from pipeline.views.actions import list_actions
 from pipeline.views.metrics import as_json, collect, families
 from pipeline.views.runs import resolve_run_id
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
 
 def cmd_api(args: argparse.Namespace) -> int:
     app = create_app(ApiConfig.from_env(insecure_no_auth=args.insecure_no_auth))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower())
+    config = server_config(app, args.host, args.port, log_level=args.log_level.lower())
+    uvicorn.Server(config).run()
     return 0
 
 
@@ -46,39 +49,61 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cleanup(args: argparse.Namespace) -> int:
-    if args.older_than is not None and args.older_than < 1:
-        raise NightshiftError(f"--older-than must be at least 1 day (got {args.older_than:g})")
-    age = None if args.older_than is None else timedelta(days=args.older_than)
-    report = cleanup(age, dry_run=args.dry_run)
+def cmd_retention(args: argparse.Namespace) -> int:
+    for flag, value in (("--older-than", args.older_than), ("--delete-after", args.delete_after)):
+        if value is not None and value < 1:
+            raise NightshiftError(f"{flag} must be at least 1 day (got {value:g})")
+    report = cleanup(
+        _days(args.older_than), dry_run=args.dry_run, delete_after=_days(args.delete_after)
+    )
     if args.json:
         print_json(
             {
                 "cutoff": report.cutoff,
+                "delete_cutoff": report.delete_cutoff,
                 "dry_run": report.dry_run,
                 "compacted": [c.__dict__ for c in report.compacted],
+                "deleted": [d.__dict__ for d in report.deleted],
                 "kept": [k.__dict__ for k in report.kept],
-                "left_in_place": report.left_in_place,
             }
         )
         return 0
-    verb = "would compact" if args.dry_run else "compacted"
-    print(f"{verb} {len(report.compacted)} run(s) finished before {report.cutoff:%Y-%m-%d %H:%M}")
+    _print_compacted(report)
+    _print_deleted(report)
+    if report.kept:
+        print(f"\nopen obligations kept whole (run not deleted): {len(report.kept)} run(s)")
+        print(table([(k.run_id, k.agent, k.status, k.reason) for k in report.kept],
+                    ["run", "agent", "status", "open"]))  # fmt: skip
+    return 0
+
+
+def _days(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(days=value)
+
+
+def _print_compacted(report: CleanupReport) -> None:
+    verb = "would compact" if report.dry_run else "compacted"
+    print(f"{verb} {len(report.compacted)} run(s) finished before {report.cutoff:%Y-%m-%d %H:%M}"
+          " (input, result, journal text, settled actions' arguments and results, event"
+          " payloads, feed, artifacts)")  # fmt: skip
     if report.compacted:
         rows = [
             (c.run_id, c.agent, c.status, f"{c.finished_at:%Y-%m-%d}", c.journal_entries,
-             _kib(c.journal_bytes), c.artifact_files, _kib(c.artifact_bytes))
+             _kib(c.journal_bytes), c.actions, c.artifacts, _kib(c.artifact_bytes))
             for c in report.compacted
         ]  # fmt: skip
-        headers = ["run", "agent", "status", "finished", "journal", "KiB", "files", "KiB"]
+        headers = ["run", "agent", "status", "finished", "journal", "KiB", "actions",
+                   "artifacts", "KiB"]  # fmt: skip
         print(table(rows, headers))
-    if report.kept:
-        print(f"\nkept whole, with open obligations: {len(report.kept)} run(s)")
-        print(table([(k.run_id, k.agent, k.status, k.reason) for k in report.kept],
-                    ["run", "agent", "status", "open"]))  # fmt: skip
-    for path in report.left_in_place:
-        print(f"left in place (outside the artifact directory): {path}")
-    return 0
+
+
+def _print_deleted(report: CleanupReport) -> None:
+    verb = "would delete" if report.dry_run else "deleted"
+    print(f"{verb} {len(report.deleted)} compact record(s) compacted before "
+          f"{report.delete_cutoff:%Y-%m-%d %H:%M}")  # fmt: skip
+    if report.deleted:
+        rows = [(d.run_id, d.agent, d.status, f"{d.compacted_at:%Y-%m-%d}") for d in report.deleted]
+        print(table(rows, ["run", "agent", "status", "compacted"]))
 
 
 def _kib(size: int) -> str:
@@ -153,6 +178,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_allow(args: argparse.Namespace) -> int:
+    run_id = resolve_run_id(args.run)
+    allowed = allow_version(run_id, cli_actor(args.as_name), note=args.note)
+    print(f"run {run_id}: allowed to go on under agent version {allowed.version}")
+    return 0
+
+
 def register(add: AddCommand) -> None:
     api = add("api", cmd_api, "serve the HTTP API and the status page with uvicorn")
     api.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -162,20 +194,36 @@ def register(add: AddCommand) -> None:
         "--insecure-no-auth",
         action="store_true",
         help="serve without NIGHTSHIFT_API_TOKEN: anyone who can connect may start, cancel "
-        "and approve (trusted machines only)",
+        "and approve (trusted machines only; requests must name the bound address, and "
+        "changes must send JSON, so web pages cannot)",
     )
 
     metrics = add("metrics", cmd_metrics, "reliability and usage metrics from the database")
     metrics.add_argument("--json", action="store_true")
 
-    cleanup = add(
-        "cleanup", cmd_cleanup, "compact old finished runs (never those with open obligations)"
-    )
-    cleanup.add_argument("--dry-run", action="store_true", help="only say what would go")
-    cleanup.add_argument(
-        "--older-than", type=float, metavar="DAYS", help="default NIGHTSHIFT_RETENTION_DAYS or 30"
-    )
-    cleanup.add_argument("--json", action="store_true")
+    for name in ("retention", "cleanup"):  # `cleanup`: its name before the second stage
+        retention = add(
+            name,
+            cmd_retention,
+            "redact old finished runs' personal data, delete old compact records (never an "
+            "open obligation)",
+        )
+        retention.add_argument(
+            "--dry-run", action="store_true", help="only list what would be redacted and deleted"
+        )
+        retention.add_argument(
+            "--older-than",
+            type=float,
+            metavar="DAYS",
+            help="finished before; default NIGHTSHIFT_RETENTION_DAYS or 30",
+        )
+        retention.add_argument(
+            "--delete-after",
+            type=float,
+            metavar="DAYS",
+            help="after compaction; default NIGHTSHIFT_RETENTION_DELETE_DAYS or 365",
+        )
+        retention.add_argument("--json", action="store_true")
 
     actions = add(
         "actions", _usage, "list side effects, resolve an unknown outcome, or retry a failure"
@@ -216,6 +264,10 @@ def register(add: AddCommand) -> None:
     cancel = add("cancel", cmd_cancel, "cancel a run (a waiting run now, a running one next step)")
     cancel.add_argument("run", help="run id, or its first characters (at least 4)")
     _as(cancel, "who cancels")
+
+    allow = add("allow", cmd_allow, "let a run parked on a changed agent version go on under it")
+    allow.add_argument("run", help="run id, or its first characters (at least 4)")
+    _by_and_note(allow)
 
 
 def _by_and_note(command: argparse.ArgumentParser) -> None:

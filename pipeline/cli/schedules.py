@@ -4,6 +4,7 @@ its slots decided (from schedule_fires)."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -15,8 +16,9 @@ from pipeline.cli.format import print_json, table
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError
 from pipeline.registry import agent_names
-from pipeline.runs.schedule_list import load_schedules
+from pipeline.runs.schedule_list import ActiveSchedules, active_schedules
 from pipeline.runs.schedules import check_schedules, fire
+from pipeline.runs.schedules import log as decisions_log
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -46,11 +48,19 @@ def register(add: AddCommand) -> None:
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     handler = {"list": cmd_list, "fire": cmd_fire, "check": cmd_check}[args.verb]
-    return handler(args)
+    # fire and check print each decision themselves; beat's and the workers' log line for it
+    # would say it a second time.
+    level = decisions_log.level
+    decisions_log.setLevel(logging.WARNING)
+    try:
+        return handler(args)
+    finally:
+        decisions_log.setLevel(level)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = schedule_rows(datetime.now(UTC))
+    active = active_schedules()
+    rows = schedule_rows(datetime.now(UTC), active)
     if args.json:
         print_json(rows)
         return 0
@@ -69,7 +79,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     ]
     headers = ["schedule", "when", "timezone", "agent", "policies", "next slot", "last decision"]
     print(table(lines, headers))
+    print(_source_words(active))
     return 0
+
+
+def _source_words(active: ActiveSchedules) -> str:
+    if active.stored_by is None or active.stored_at is None:
+        return "(this process's schedules: no beat has stored the ones it fires by yet)"
+    return f"(as beat {active.stored_by} stored them at {active.stored_at:%Y-%m-%d %H:%M:%S %Z})"
 
 
 def cmd_fire(args: argparse.Namespace) -> int:
@@ -110,10 +127,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
-def schedule_rows(now: datetime) -> list[dict[str, Any]]:
-    """Every schedule with its policies, next slot and latest recorded decision."""
-
-    schedules = load_schedules()
+def schedule_rows(now: datetime, active: ActiveSchedules) -> list[dict[str, Any]]:
+    """Every schedule that fires, with its policies, next slot and latest recorded decision."""
+    schedules = active.schedules
     known = set(agent_names())
     latest = select(ScheduleFire).order_by(ScheduleFire.slot.desc()).limit(1)
     with transaction() as session:

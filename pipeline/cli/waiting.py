@@ -13,7 +13,7 @@ from models import RunStatus
 from pipeline.cli.format import print_json
 from pipeline.keys import Wait, WaitKind
 from pipeline.views.actions import show_action
-from pipeline.views.outcomes import Outcome, wait_for_outcome
+from pipeline.views.outcomes import RunOutcome, wait_for_outcome
 
 SUCCEEDED = 0
 FAILED = 1
@@ -35,7 +35,7 @@ def wait_and_report(run_id: uuid.UUID, timeout: float | None, as_json: bool) -> 
     return code
 
 
-def exit_code(found: Outcome) -> int:
+def exit_code(found: RunOutcome) -> int:
     if found.status is RunStatus.SUCCEEDED:
         return SUCCEEDED
     if found.status.is_terminal():
@@ -43,7 +43,7 @@ def exit_code(found: Outcome) -> int:
     return WAITS_FOR_PERSON if found.needs_person else STILL_GOING
 
 
-def describe(found: Outcome, timeout: float | None) -> str:
+def describe(found: RunOutcome, timeout: float | None) -> str:
     run = f"run {found.run_id}"
     if found.status is RunStatus.SUCCEEDED:
         text = (found.result or {}).get("text") or ""
@@ -55,6 +55,11 @@ def describe(found: Outcome, timeout: float | None) -> str:
         wait = Wait.parse(found.waiting_on)
         if wait.kind is WaitKind.APPROVAL:
             return f"{run} waits for approval of {wait.ref}{_approve(wait.ref)}"
+        if wait.kind is WaitKind.VERSION:
+            return (
+                f"{run} waits for a person to allow agent version {wait.ref} "
+                f"({found.error}): nightshift allow {found.run_id}, or nightshift cancel"
+            )
         return (
             f"{run} needs a person to say whether {wait.ref} happened: "
             f"nightshift actions resolve {wait.ref} --happened|--did-not-happen"

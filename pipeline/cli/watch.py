@@ -12,12 +12,14 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from rich.live import Live
 from rich.text import Text
 from sqlalchemy import func, select
 
 from models import Batch, Run, RunStatus
+from pipeline.cli.failures import following
 from pipeline.cli.format import console, on_terminal, progress_bar
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError, RunNotFound
@@ -37,7 +39,8 @@ def register(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     subject, summary = _look_at(args.target)
-    with LiveLine() if on_terminal() else PlainLines() as out:
+    display = LiveLine() if on_terminal() else PlainLines()
+    with following(subject.scope, subject.run_id or subject.batch_id), display as out:
         return _follow(args, subject, summary, out)
 
 
@@ -50,7 +53,7 @@ def _follow(
     give_up = time.monotonic() + args.timeout if args.timeout else None
     line, settled = summary()
     out.line(line)
-    after = START if args.history else latest_position(subject)
+    after = START if args.history else latest_position()
     while True:
         page = read(subject, after)
         for event in page.events:
@@ -116,6 +119,13 @@ class LiveLine(PlainLines):
         self._live.update(Text.assemble(("now  ", "bold"), Text.from_ansi(text)))
 
 
+def step_attempt(data: dict[str, Any]) -> str:
+    """` (attempt N)` for a step started again after a failed attempt, else nothing: the run's
+    `attempt` counts every claim (one per step), so it says nothing about crashes."""
+    attempt = data.get("step_attempt") or 1  # events written before migration 0025 have none
+    return f" (attempt {attempt})" if attempt > 1 else ""
+
+
 def describe(event: FeedEvent, prefix: bool = False) -> str:
     """One line a person reads for a feed event."""
     data = event.data
@@ -123,11 +133,13 @@ def describe(event: FeedEvent, prefix: bool = False) -> str:
     if event.type == "run_started":
         said = f"started ({data.get('agent')})"
     elif event.type == "step_started":
-        said = f"{step} started on {data.get('worker')} (attempt {data.get('attempt')})"
+        said = f"{step} started on {data.get('worker')}{step_attempt(data)}"
     elif event.type in ("model_replied", "tool_result", "note", "timer_set"):
         said = f"{step} {data.get('summary')}"
     elif event.type == "action_changed":
         said = f"action {data.get('key')} ({data.get('tool')}): {data.get('state')}"
+    elif event.type == "version_changed":
+        said = f"now running under agent version {data.get('to')} (was {data.get('from')})"
     elif event.type == "waiting":
         until = f" until {data['wake_at']}" if data.get("wake_at") else ""
         said = f"{data.get('status')} on {data.get('waiting_on')}{until}"

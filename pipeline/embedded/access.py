@@ -23,21 +23,26 @@ HBA_MARKER = "# written by nightshift (pipeline/embedded/access.py); rewritten a
 
 def password(root: Path, service: str) -> str:
     """The service's password, made on first use (URL-safe, 32 random bytes)."""
+    return secret(root, f"{service}.password")
+
+
+def secret(root: Path, name: str) -> str:
+    """The data dir's secret `name` (a service's password, the status page's session key),
+    made on first use: URL-safe, 32 random bytes, in a 0600 file of a 0700 folder."""
     folder = root / "secrets"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     folder.chmod(0o700)
-    path = folder / f"{service}.password"
+    path = folder / name
     with contextlib.suppress(FileNotFoundError):
         return path.read_text().strip()
     made = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it meanwhile: theirs counts
+        return path.read_text().strip()
     with os.fdopen(fd, "w") as file:
         file.write(made + "\n")
     return made
-
-
-def password_file(root: Path, service: str) -> Path:
-    return root / "secrets" / f"{service}.password"
 
 
 def hba_is_ours(pgdata: Path) -> bool:

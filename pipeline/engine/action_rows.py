@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 import pipeline.instruments as instruments
 from models import Action, ActionState, Run, RunStatus
 from pipeline.db import after_commit
+from pipeline.engine.dispatch import COUNTED, NewAction, cap_refusal
 from pipeline.engine.leases import Lease, fenced
-from pipeline.errors import PermanentError, StatusConflict
+from pipeline.errors import StatusConflict
 from pipeline.tools import ToolOutput
 
 
@@ -33,26 +34,6 @@ def arguments_hash(args: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class NewAction:
-    """What a tool call would record under its key."""
-
-    key: str
-    run_id: uuid.UUID
-    tool_use_id: str
-    tool: str
-    service: str
-    args: dict[str, Any]
-    requires_approval: bool
-    approvers: tuple[str, ...]
-    cap: int | None = None
-    """The most actions of this service the run may record (SideEffect.per_run_cap)."""
-
-    @property
-    def first_state(self) -> ActionState:
-        return ActionState.PENDING_APPROVAL if self.requires_approval else ActionState.INTENDED
-
-
-@dataclass(frozen=True)
 class ActionView:
     key: str
     state: ActionState
@@ -60,6 +41,7 @@ class ActionView:
     """The run that owns the action: the only one that may send it or wait for its decision."""
     run_status: RunStatus
     tool: str
+    service: str
     args: dict[str, Any]
     """As recorded: what the approver saw and what is sent."""
     args_hash: str | None
@@ -76,14 +58,6 @@ class ActionView:
 
 _FREE = (ActionState.RELEASED, ActionState.WITHDRAWN)
 """Keys no run holds: the next run that means the action takes them over."""
-_COUNTED = (
-    ActionState.PENDING_APPROVAL,
-    ActionState.INTENDED,
-    ActionState.ATTEMPTED,
-    ActionState.OUTCOME_UNKNOWN,
-    ActionState.CONFIRMED,
-)
-"""A run's actions that count against its cap: sent, maybe sent, or still to be sent."""
 
 
 def is_new_txn(session: Session, key: str) -> bool:
@@ -107,21 +81,19 @@ def check_cap_txn(session: Session, new: NewAction) -> None:
     another run's action is not this run's send."""
     if new.cap is None or not is_new_txn(session, new.key):
         return
-    used = session.execute(
+    used: int = session.execute(
         select(func.count())
         .select_from(Action)
         .where(
             Action.run_id == new.run_id,
             Action.service == new.service,
             Action.idempotency_key != new.key,
-            Action.state.in_(_COUNTED),
+            Action.state.in_(COUNTED),
         )
     ).scalar_one()
-    if used >= new.cap:
-        raise PermanentError(
-            f"refused: this run already has {used} {new.service} action(s), its cap "
-            f"({new.cap} a run, set by the deployment); nothing was sent"
-        )
+    refused = cap_refusal(new, used)
+    if refused is not None:
+        raise refused
 
 
 def record_txn(session: Session, new: NewAction) -> ActionView:
@@ -171,6 +143,19 @@ def record_txn(session: Session, new: NewAction) -> ActionView:
     return view_txn(session, new.key)
 
 
+def of_call(lease: Lease, tool_use_id: str) -> ActionView | None:
+    """The action this run already recorded for this tool call, whatever its key: a replayed
+    call is settled through it, even when today's code would compute another key."""
+    with fenced(lease) as session:
+        key = session.execute(
+            select(Action.idempotency_key)
+            .where(Action.run_id == lease.run_id, Action.tool_use_id == tool_use_id)
+            .order_by(Action.created_at)  # the first, if an older release recorded a second
+            .limit(1)
+        ).scalar_one_or_none()
+        return None if key is None else view_txn(session, key)
+
+
 def load(lease: Lease, key: str) -> ActionView:
     with fenced(lease) as session:
         return view_txn(session, key)
@@ -188,6 +173,7 @@ def view_txn(session: Session, key: str) -> ActionView:
         run_id=action.run_id,
         run_status=run_status,
         tool=action.tool,
+        service=action.service,
         args=action.args,
         args_hash=action.args_hash,
         requires_approval=action.requires_approval,
@@ -262,14 +248,21 @@ def as_result(output: ToolOutput) -> dict[str, Any]:
     return output if isinstance(output, dict) else {"text": str(output)}
 
 
-def hold_run_during_send_txn(session: Session, lease: Lease, lease_seconds: float) -> None:
-    """Extend the lease for the send and let PostgreSQL end this session if it stalls."""
-    timeout_ms = int(lease_seconds * 1000)
+_SET_LEASE = text(
+    "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :secs) "
+    "WHERE id = :run_id AND fence = :fence"
+)
+
+
+def set_lease_txn(session: Session, lease: Lease, seconds: float) -> None:
+    """The lease ends `seconds` from now: a send's window before it (committed, so that a
+    takeover waits for the send even if this session ends), one lease again after it."""
+    session.execute(_SET_LEASE, {"secs": seconds, "run_id": lease.run_id, "fence": lease.fence})
+
+
+def hold_run_during_send_txn(session: Session, window_seconds: float) -> None:
+    """Keep the run's row locked for the send (a takeover waits for the reply), and let
+    PostgreSQL end this session should it stay idle past the send's window (a frozen process
+    then keeps no row locked past its lease)."""
+    timeout_ms = int(window_seconds * 1000)
     session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
-    session.execute(
-        text(
-            "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :secs) "
-            "WHERE id = :run_id AND fence = :fence"
-        ),
-        {"secs": lease_seconds * 2, "run_id": lease.run_id, "fence": lease.fence},
-    )

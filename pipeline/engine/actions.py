@@ -22,11 +22,12 @@ from sqlalchemy.exc import DBAPIError
 from models import ActionState, RunStatus
 from pipeline.crash import crash_point
 from pipeline.engine import action_rows as rows
-from pipeline.engine.action_rows import ActionView, NewAction
+from pipeline.engine import dispatch
+from pipeline.engine.action_rows import ActionView
 from pipeline.engine.leases import Lease, fenced
 from pipeline.errors import (
+    LeaseLost,
     LookupUnsupported,
-    NightshiftError,
     PermanentError,
     StopStep,
     TemporaryError,
@@ -35,14 +36,13 @@ from pipeline.errors import (
 from pipeline.keys import (
     Wait,
     approval_wait,
-    check_key,
     conflict_wait,
     person_wait,
     retry_wait,
 )
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, call_with_retries, classify
-from pipeline.tools import SideEffect, Tool, ToolContext, ToolOutput, once_scope
+from pipeline.tools import Tool, ToolContext, ToolOutput, once_scope
 
 if TYPE_CHECKING:
     from pipeline.engine.toolcalls import ToolCall
@@ -78,22 +78,16 @@ class ParkRun(StopStep):
 
 def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     """Run a side-effecting tool call so that its effect happens at most once."""
-    effect = tool.side_effect
-    assert effect is not None, f"{tool.name} has no side effect declared"
-    args = call.block["input"]
-    try:
-        key = check_key(tool.action_key(args, context), what=f"{tool.name}'s idempotency key")
-    except NightshiftError as exc:
-        raise PermanentError(str(exc)) from None
-    keyed = replace(context, idempotency_key=key)
-    action = _record(call, tool, effect, key, context)
+    action, rekeyed = _action_for(tool, call, context)
     settled = _settled_elsewhere(call, tool, action)
     if settled is not None:
         return settled
+    key = action.key
+    keyed = replace(context, idempotency_key=key)
     crash_point("after_intended")
     for resend in range(RESEND_POLICY.attempts + 1):
         context.keep_going()
-        outcome = _next_move(call, tool, keyed, action, resend)
+        outcome = _next_move(call, tool, keyed, action, resend, rekeyed)
         if outcome is not None:
             return outcome
         action = rows.load(call.lease, key)
@@ -114,41 +108,56 @@ def perform(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
 def record_proposal(tool: Tool, call: ToolCall, context: ToolContext) -> None:
     """Record an approval-requiring call as pending without sending anything, so a person sees
     every proposal of a model reply at once rather than one per replay of the step."""
-    effect = tool.side_effect
-    assert effect is not None and tool.requires_approval, f"{tool.name} needs no approval"
+    assert tool.side_effect is not None and tool.requires_approval, f"{tool.name} needs no approval"
     try:
-        key = check_key(tool.action_key(call.block["input"], context), what="idempotency key")
-    except NightshiftError:
-        return  # perform() reports it to the model when this call's turn comes
-    try:
-        _record(call, tool, effect, key, context)
+        _action_for(tool, call, context)
     except (PermanentError, TemporaryError):
-        return  # refused by its check or past the run's cap: likewise, perform() reports it
+        return  # a bad key, refused by its check or past the run's cap: perform() reports it
 
 
-def _record(
-    call: ToolCall, tool: Tool, effect: SideEffect, key: str, context: ToolContext
-) -> ActionView:
+def _action_for(tool: Tool, call: ToolCall, context: ToolContext) -> tuple[ActionView, bool]:
+    """The action of this tool call, and whether today's code computes another key for it.
+
+    A call that already has an action (found by run and tool call) is settled through that
+    one, under its own key: recording a new one under a key a new release computes would send
+    the same call twice. Otherwise the key is computed and recorded (or found, another run's).
+    """
+    recorded = rows.of_call(call.lease, call.block["id"])
+    if recorded is not None:
+        return recorded, _rekeyed(tool, call, context, recorded)
+    key = dispatch.action_key(tool, call.block["input"], context)
+    return _record(call, tool, key, context), False
+
+
+def _rekeyed(tool: Tool, call: ToolCall, context: ToolContext, recorded: ActionView) -> bool:
+    """Whether this release keys the call differently from the one that recorded its action."""
+    try:
+        key = dispatch.action_key(tool, call.block["input"], context)
+    except PermanentError as exc:
+        key = f"(none: {exc})"
+    if key == recorded.key:
+        return False
+    log.warning(
+        "action %s: this release keys tool call %s as %r; settling it through the action "
+        "recorded under its own key, never a second one",
+        recorded.key,
+        call.block["id"],
+        key,
+    )
+    return True
+
+
+def _record(call: ToolCall, tool: Tool, key: str, context: ToolContext) -> ActionView:
     """Save the key (or find who has it) before anything is sent; a new action only once the
     side effect's check lets it through (refused: PermanentError, and nothing is saved)."""
-    if effect.check is not None and rows.is_new(call.lease, key):
+    assert tool.side_effect is not None, f"{tool.name} has no side effect declared"
+    if tool.side_effect.check is not None and rows.is_new(call.lease, key):
         call_with_retries(
             lambda: tool.check_action(call.block["input"], context),
             TOOL_RETRY,
             before_retry=context.keep_going,
         )
-    approvers = context.settings.approvers_for(tool.name, tool.approvers)
-    new = NewAction(
-        key=key,
-        run_id=call.run_id,
-        tool_use_id=call.block["id"],
-        tool=tool.name,
-        service=effect.service,
-        args=call.block["input"],
-        requires_approval=tool.requires_approval,
-        approvers=approvers,
-        cap=effect.cap(context.settings),
-    )
+    new = dispatch.new_action(call.run_id, call.block, tool, key, context.settings)
     with fenced(call.lease) as session:
         return rows.record_txn(session, new)
 
@@ -157,11 +166,7 @@ def _settled_elsewhere(call: ToolCall, tool: Tool, action: ActionView) -> ToolOu
     """None when the action is this run's to carry on. Another run's settled action gives its
     outcome (the effect is not repeated); one still in progress parks this run."""
     mine = action.run_id == call.run_id
-    if (
-        mine
-        and action.tool == tool.name
-        and (action.requires_approval or not tool.requires_approval)
-    ):
+    if mine and dispatch.carries_on(tool, action.tool, action.requires_approval):
         return None
     key = action.key
     if mine:
@@ -206,8 +211,7 @@ def _replay_failure(action: ActionView) -> None:
 
 
 def _rejected(action: ActionView) -> str:
-    who = action.decided_by or "a person"
-    return f"Not done: {who} rejected this action ({action.note or 'no reason given'})."
+    return dispatch.rejected_result(action.decided_by, action.note)
 
 
 def _park_for_conflict(key: str, why: str) -> None:
@@ -216,7 +220,12 @@ def _park_for_conflict(key: str, why: str) -> None:
 
 
 def _next_move(
-    call: ToolCall, tool: Tool, context: ToolContext, action: ActionView, resend: int
+    call: ToolCall,
+    tool: Tool,
+    context: ToolContext,
+    action: ActionView,
+    resend: int,
+    rekeyed: bool,
 ) -> ToolOutput | None:
     """Act on the action's state; None means: state changed, look again."""
     key = action.key
@@ -238,20 +247,30 @@ def _next_move(
         rows.transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
         return None
     if action.state is ActionState.OUTCOME_UNKNOWN:
-        return _reconcile(call, tool, context, action, resend)
+        return _reconcile(call, tool, context, action, resend, rekeyed)
     return _send(call, tool, context, action)
 
 
 def _reconcile(
-    call: ToolCall, tool: Tool, context: ToolContext, action: ActionView, resend: int
+    call: ToolCall,
+    tool: Tool,
+    context: ToolContext,
+    action: ActionView,
+    resend: int,
+    rekeyed: bool,
 ) -> ToolOutput | None:
+    """An outcome nobody saved: resend with the same key (inside the service's retention),
+    else ask the service (lookup with the action's own key and arguments), else a person.
+    A call this release keys differently (`rekeyed`) is never resent blind: whether the
+    service still dedups the old key is what the new release may have changed."""
     key = action.key
     effect = tool.side_effect
     assert effect is not None
     if resend:
         time.sleep(RESEND_POLICY.delay(resend))  # the service just failed us: back off
     retention = effect.retention(context.settings)
-    if effect.honoured(context.settings) and _inside_retention(retention, action):
+    honoured = effect.honoured(context.settings) and not rekeyed
+    if honoured and _inside_retention(retention, action):
         log.info("action %s: outcome unknown; resending with the same key", key)
         rows.transition(call.lease, key, ActionState.INTENDED, resolution="resent_with_key")
         return None
@@ -277,7 +296,10 @@ def _reconcile(
             log.info("action %s: lookup says it did not happen; sending with the same key", key)
             rows.transition(call.lease, key, ActionState.INTENDED, resolution="lookup_not_found")
             return None
-    _park_for_person(call.lease, key, "no reply was saved and the service cannot tell")
+    why = "no reply was saved and the service cannot tell"
+    if rekeyed:
+        why += " (this release computes another key for the call; the recorded one is kept)"
+    _park_for_person(call.lease, key, why)
     return None
 
 
@@ -292,35 +314,96 @@ def _inside_retention(retention: timedelta | None, action: ActionView) -> bool:
 def _send(
     call: ToolCall, tool: Tool, context: ToolContext, action: ActionView
 ) -> ToolOutput | None:
-    key, run_id = action.key, call.run_id
-    with fenced(call.lease) as session:
+    """Send once, under a lease that covers the send: its declared time, then one lease to save
+    what came back. The extension is committed before anything is sent, so a takeover cannot
+    begin while the send may still be in flight, even if this session or process dies."""
+    key, run_id, lease = action.key, call.run_id, call.lease
+    assert tool.side_effect is not None
+    lease_seconds = context.settings.lease_seconds
+    send_seconds = tool.side_effect.send_seconds(context.settings)
+    window = send_seconds + lease_seconds
+    with fenced(lease) as session:
         rows.set_state_txn(session, run_id, key, ActionState.ATTEMPTED, attempted=True)
+        rows.set_lease_txn(session, lease, window)
     crash_point("after_attempted")
+    started = time.monotonic()
     try:
         # The run row stays locked during the send: a worker taking over waits for the reply
-        # (or for PostgreSQL to end this session if this process freezes) before reconciling.
-        with fenced(call.lease) as session:
-            rows.hold_run_during_send_txn(session, call.lease, context.settings.lease_seconds)
+        # (or for PostgreSQL to end this session if this process freezes past the window).
+        with fenced(lease) as session:
+            rows.hold_run_during_send_txn(session, window)
             # The arguments as recorded: what the approver saw, whatever this call passed.
             with once_scope(None):  # the send happens once already: once() is refused here
                 result = tool.run(action.args, context)
             crash_point("after_send_before_reply")
             rows.confirm_txn(session, run_id, key, rows.as_result(result), resolution=None)
-    except (StopStep, KeyboardInterrupt, DBAPIError):
+            rows.set_lease_txn(session, lease, lease_seconds)
+    except DBAPIError as exc:
+        if time.monotonic() - started < window:
+            raise  # the database failed us mid-send: the next step finds `attempted`
+        # The send outlasted its window (its client had no timeout within send_timeout):
+        # PostgreSQL ended the session and the lease lapsed; the reply cannot be saved here.
+        log.warning(
+            "action %s: the send took longer than its send_timeout of %gs plus a lease; its "
+            "reply is not saved (the next attempt reconciles): %s",
+            key,
+            send_seconds,
+            type(getattr(exc, "orig", exc)).__name__,
+        )
+        raise LeaseLost(f"run {run_id}: lease lapsed during the send of {key}") from None
+    except (StopStep, KeyboardInterrupt):
         raise  # the reply was not saved: the next step finds `attempted` and reconciles
     except Exception as exc:
-        error = classify(exc)
-        if isinstance(error, PermanentError):
-            with fenced(call.lease) as session:
-                failed = context.settings.config.redact(redact_urls(str(error)))
-                rows.set_state_txn(session, run_id, key, ActionState.FAILED, error=failed)
-            raise error from exc
-        why = context.settings.config.redact(str(error))
-        log.warning("action %s: send failed, outcome unknown: %s", key, why)
-        rows.transition(call.lease, key, ActionState.OUTCOME_UNKNOWN, resolution=None)
+        _send_failed(call, context, key, exc, time.monotonic() - started, send_seconds)
         return None
     crash_point("after_confirmed")
+    _warn_if_overran(key, time.monotonic() - started, send_seconds)
     return result
+
+
+def _send_failed(
+    call: ToolCall,
+    context: ToolContext,
+    key: str,
+    exc: Exception,
+    took: float,
+    send_seconds: float,
+) -> None:
+    """Record a send that raised: refused for good (`failed`, raised to the model), or with
+    no reply (`outcome_unknown`, reconciled next), in one log line, with the lease back to one
+    lease."""
+    run_id, lease_seconds = call.run_id, context.settings.lease_seconds
+    error = classify(exc)
+    if isinstance(error, PermanentError):
+        with fenced(call.lease) as session:
+            failed = context.settings.config.redact(redact_urls(str(error)))
+            rows.set_state_txn(session, run_id, key, ActionState.FAILED, error=failed)
+            rows.set_lease_txn(session, call.lease, lease_seconds)
+        raise error from exc
+    why = context.settings.config.redact(str(error))
+    if took >= send_seconds:
+        log.warning(
+            "action %s: no reply within its send_timeout of %gs; outcome unknown: %s",
+            key,
+            send_seconds,
+            why,
+        )
+    else:
+        log.warning("action %s: send failed, outcome unknown: %s", key, why)
+    with fenced(call.lease) as session:
+        rows.set_state_txn(session, run_id, key, ActionState.OUTCOME_UNKNOWN)
+        rows.set_lease_txn(session, call.lease, lease_seconds)
+
+
+def _warn_if_overran(key: str, took: float, send_seconds: float) -> None:
+    if took > send_seconds:
+        log.warning(
+            "action %s: the send took %.1fs, past its send_timeout of %gs: give the tool's "
+            "client a timeout within it (a send past it plus a lease may be taken over)",
+            key,
+            took,
+            send_seconds,
+        )
 
 
 def _park_for_person(lease: Lease, key: str, why: str) -> None:

@@ -1,66 +1,111 @@
-"""Large outputs as files, referred to by path and content hash."""
+"""Large outputs (a report, a big tool result) kept in PostgreSQL, named by id and API URL.
+
+An artifact is written in the same fenced transaction as its tool call's journal entry: a
+crash before the commit leaves neither (the call runs again), after it both (the call is
+replayed from the journal), so there is never an orphan or a second copy. Every host reads it
+from the database; nothing is kept on a worker's disk.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import os
-import re
+import json
 import uuid
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
-from models import Artifact
+from models import Artifact, artifact_url
+from pipeline.db import transaction
+from pipeline.errors import TooLarge
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
-
-
-def write_file(root: Path, run_id: uuid.UUID, name: str, content: str) -> dict[str, Any]:
-    """Write content-addressed, atomically: a rerun after a crash writes the same file.
-
-    Tool outputs may hold customers' data: only this user may read them (0700 folders, 0600
-    files), whatever the umask.
+_NEXT_ID = text("SELECT nextval(pg_get_serial_sequence('artifacts', 'id'))")
+# Merge into state.artifacts without rewriting the rest of the run's state.
+_ADD_REF = text(
     """
+    UPDATE runs
+       SET state = jsonb_set(state, '{artifacts}',
+                             coalesce(state->'artifacts', '{}'::jsonb) || CAST(:ref AS jsonb))
+     WHERE id = :run_id
+    """
+)
+
+
+class ArtifactTooLarge(TooLarge):
+    """Over NIGHTSHIFT_ARTIFACT_MAX_BYTES: nothing is kept, and the model is told so."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An artifact to store with its tool call's journal entry; `ref` is what the journal,
+    the run's state and the model see of it."""
+
+    run_id: uuid.UUID
+    ref: dict[str, Any]
+    data: bytes
+    media_type: str
+
+
+def next_id() -> int:
+    """An artifact's id, taken before the fenced transaction (whose fence check must be its
+    first statement; an id a crash leaves unused is only a gap)."""
+    with transaction() as session:
+        return int(session.execute(_NEXT_ID).scalar_one())
+
+
+def prepare(
+    run_id: uuid.UUID,
+    name: str,
+    content: str,
+    media_type: str,
+    limit: int,
+    take_id: Callable[[], int] = next_id,
+) -> Pending:
+    """Check the size and take the artifact's id (`take_id`: next_id, or pipeline.testing's
+    own count, which keeps artifacts in memory)."""
     data = content.encode()
-    digest = hashlib.sha256(data).hexdigest()
-    folder = _private_dir(_private_dir(root) / str(run_id))
-    path = folder / f"{_UNSAFE.sub('_', name)[:80]}-{digest[:16]}.txt"
-    if not path.exists():
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        partial.replace(path)
-    return {"name": name, "path": str(path), "sha256": digest, "size": len(data)}
+    if len(data) > limit:
+        raise ArtifactTooLarge(
+            f"{name} is {len(data)} bytes, over the {limit}-byte artifact limit "
+            "(NIGHTSHIFT_ARTIFACT_MAX_BYTES); nothing was kept"
+        )
+    artifact_id = take_id()
+    ref = {
+        "id": artifact_id,
+        "name": name,
+        "url": artifact_url(run_id, artifact_id),
+        "media_type": media_type,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+    }
+    return Pending(run_id, ref, data, media_type)
 
 
-def _private_dir(path: Path) -> Path:
-    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o777 != PRIVATE_DIR:
-        path.chmod(PRIVATE_DIR)  # made before this rule, or by a mkdir with the umask's mode
-    return path
-
-
-def record_txn(session: Session, run_id: uuid.UUID, ref: dict[str, Any], media_type: str) -> None:
+def store_txn(session: Session, pending: Pending) -> None:
+    """Insert the artifact and name it in the run's state.artifacts, in the caller's
+    (fenced) transaction."""
+    ref = pending.ref
     session.execute(
         insert(Artifact).values(
-            run_id=run_id,
+            id=ref["id"],
+            run_id=pending.run_id,
             name=ref["name"],
-            path=ref["path"],
             sha256=ref["sha256"],
             size=ref["size"],
-            media_type=media_type,
+            media_type=pending.media_type,
+            content=pending.data,
         )
     )
+    session.execute(_ADD_REF, {"run_id": pending.run_id, "ref": json.dumps({ref["name"]: ref})})
 
 
 def preview(content: str, ref: dict[str, Any], limit: int = 400) -> str:
     """What the model sees instead of a large output."""
     head = content[:limit]
     return (
-        f"[stored as artifact {ref['path']} ({ref['size']} bytes, sha256 {ref['sha256'][:16]}); "
-        f"first {len(head)} characters follow]\n{head}"
+        f"[stored as artifact {ref['id']} at {ref['url']} ({ref['size']} bytes, sha256 "
+        f"{ref['sha256'][:16]}); first {len(head)} characters follow]\n{head}"
     )

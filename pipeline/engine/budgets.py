@@ -1,7 +1,10 @@
 """Budgets, checked before every model and tool call: per run (tool calls, tokens, money), per
-batch (tokens, money, tool calls) and per night across every batch of the night (money, with a
-warning first). Exceeding one stops the run, the rest of the batch or every batch of the night,
-with the reason recorded, and raises one alert (a row, a log line, an optional webhook).
+batch (tokens, money, tool calls) and per night across every run of the night, whatever started
+it (tokens and/or money, with a warning first). Exceeding one stops the run, the rest of the
+batch or every batch of the night (and each other run of the night at its next check, but the
+partial synthesis of a batch the night stopped), with the reason recorded, and raises one
+alert: a row, a log line and, if NIGHTSHIFT_ALERT_WEBHOOK_URL is set, a webhook delivered like
+a completion webhook (pipeline/engine/notification_sender.py).
 
 Money is the runs' recorded cost (each model call priced for its model, cache writes and reads
 at their own prices), so a budget and the cost a person reads are the same number. The calls
@@ -9,28 +12,30 @@ other runs have in flight are not counted until their step commits."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from datetime import date, datetime, timedelta
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import httpx
-from sqlalchemy import Date, DateTime, bindparam, cast, func, select, update
+from sqlalchemy import func, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from models import Alert, Batch, BatchStatus, Run, RunStatus, tokens_used
+from models import Alert, Batch, BatchStatus, Run, RunStatus
 from pipeline.logs import get_logger
+from pipeline.runs import fanout, notifications
 from pipeline.runs.obligations import settle_actions_of_ended_txn
 from pipeline.settings import Settings
 
 log = get_logger("nightshift.budgets")
 
-NIGHT_STARTS = timedelta(hours=12)
-"""A night runs from noon to noon in NIGHTSHIFT_NIGHT_TIMEZONE and is named by its first day."""
+ONE_DAY = timedelta(days=1)
+"""A night runs from noon to noon in NIGHTSHIFT_NIGHT_TIMEZONE and is named by its first day
+(queries.sql's `limits` statement finds a run's night the same way)."""
 NIGHT_WARNING = "nightly_budget_warning"
-NIGHT_STOPPED = "nightly_budget"
+NIGHT_STOPPED = fanout.NIGHTLY_CAP
+BATCH_STOPPED = fanout.BATCH_CAP
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,12 @@ class NewAlert:
 
 @dataclass(frozen=True)
 class Night:
-    """The spend of every batch of the run's batch's night."""
+    """The spend of every run of the run's night (batches, schedules, `.delay()`, API, events)."""
 
     name: str
     """The night's first day, `2026-11-29`."""
     cost_usd: float
+    tokens: int
     warned: bool
     """Whether the warning alert was raised already."""
 
@@ -72,84 +78,46 @@ class Spend:
     batch_cost_usd: float = 0.0
     batch_tool_calls: int = 0
     night: Night | None = None
-    """Read only when a nightly cap is configured and the run belongs to a batch."""
+    """Read only when a nightly cap is configured."""
+    sums_up_stopped_night: bool = False
+    """The run is the partial synthesis of a batch the nightly cap stopped: the one run of the
+    night let past the cap, so that the night still ends with a summary of what finished."""
 
 
-_RUNS, _BATCHES = Run.__table__.c, Batch.__table__.c
-
-SPEND_COLUMNS = (
-    _RUNS.tool_calls,
-    tokens_used(_RUNS).label("tokens"),
-    _RUNS.cost_usd,
-    _RUNS.batch_id,
-    _BATCHES.status.label("batch_status"),
-    _BATCHES.stop_reason.label("batch_stop_reason"),
-    _BATCHES.token_cap,
-    _BATCHES.cost_cap_usd,
-    _BATCHES.tool_call_cap,
-    _BATCHES.created_at.label("batch_created_at"),
-)
-"""What a spend check reads of a run and its batch: select them from RUN_AND_BATCH (plain Core
-statements built once: the ORM's per-call statement building was a third of a step's CPU)."""
-RUN_AND_BATCH = Run.__table__.outerjoin(Batch.__table__, _BATCHES.id == _RUNS.batch_id)
-
-_BATCH_SPEND = select(
-    func.coalesce(func.sum(tokens_used(_RUNS)), 0),
-    func.coalesce(func.sum(_RUNS.cost_usd), 0),
-    func.coalesce(func.sum(_RUNS.tool_calls), 0),
-).where(_RUNS.batch_id == bindparam("batch_id"))
-
-
-def spend_of(session: Session, row: Any, settings: Settings) -> Spend:
-    """The spend from a row of SPEND_COLUMNS, and the batch's and the night's if it has one."""
-    spend = Spend(
+def spend_of(row: Any) -> Spend:
+    """The spend from a row of queries.sql's `limits` statement (which sums the batch's and the
+    night's only when they have a cap)."""
+    night = None
+    if row.night is not None:
+        night = Night(row.night, float(row.night_cost_usd), int(row.night_tokens), row.night_warned)
+    return Spend(
         tool_calls=row.tool_calls,
         tokens=row.tokens,
         cost_usd=float(row.cost_usd),
         batch_id=row.batch_id,
-        batch_status=row.batch_status,
+        batch_status=BatchStatus(row.batch_status) if row.batch_status is not None else None,
         batch_stop_reason=row.batch_stop_reason,
-        batch_token_cap=row.token_cap,
-        batch_cost_cap=float(row.cost_cap_usd) if row.cost_cap_usd is not None else None,
-        batch_tool_call_cap=row.tool_call_cap,
-    )
-    if row.batch_id is None:
-        return spend
-    tokens, cost, calls = session.execute(_BATCH_SPEND, {"batch_id": row.batch_id}).one()
-    night = None
-    if settings.nightly_cost_cap_usd is not None:
-        night = _night_txn(session, settings, night_of(settings, row.batch_created_at))
-    return replace(
-        spend,
-        batch_tokens=int(tokens),
-        batch_cost_usd=float(cost),
-        batch_tool_calls=int(calls),
+        batch_token_cap=row.batch_token_cap,
+        batch_cost_cap=_money(row.batch_cost_cap),
+        batch_tool_call_cap=row.batch_tool_call_cap,
+        batch_tokens=int(row.batch_tokens or 0),
+        batch_cost_usd=float(row.batch_cost_usd or 0),
+        batch_tool_calls=int(row.batch_tool_calls or 0),
         night=night,
+        sums_up_stopped_night=bool(row.sums_up_stopped_night),
     )
 
 
-def night_of(settings: Settings, created_at: datetime) -> date:
-    """The night (named by its first day) a batch created at `created_at` belongs to."""
-    return (created_at.astimezone(ZoneInfo(settings.night_timezone)) - NIGHT_STARTS).date()
+def _money(value: Any) -> float | None:
+    return float(value) if value is not None else None
 
 
-def _in_night(settings: Settings, night: date) -> ColumnElement[bool]:
-    """Batches of that night, in SQL (the same arithmetic as night_of)."""
-    local = func.timezone(settings.night_timezone, Batch.created_at, type_=DateTime())
-    return cast(local - NIGHT_STARTS, Date) == night
-
-
-def _night_txn(session: Session, settings: Settings, night: date) -> Night:
-    cost = session.scalar(
-        select(func.coalesce(func.sum(Run.cost_usd), 0))
-        .join(Batch, Batch.id == Run.batch_id)
-        .where(_in_night(settings, night))
-    )
-    name = night.isoformat()
-    warned = session.scalar(
-        select(Alert.id).where(Alert.kind == NIGHT_WARNING, Alert.subject == f"night:{name}")
-    )
-    return Night(name, float(cost or 0), warned is not None)
+def night_window(settings: Settings, night: date) -> tuple[datetime, datetime]:
+    """When the night starts and ends: noon to noon, local time (23 or 25 hours across a
+    daylight-saving change)."""
+    zone = ZoneInfo(settings.night_timezone)
+    noon = time(12)
+    return datetime.combine(night, noon, zone), datetime.combine(night + ONE_DAY, noon, zone)
 
 
 def batch_over_budget(spend: Spend, calls_in_step: int, before_tool: bool) -> str | None:
@@ -171,41 +139,65 @@ def batch_over_budget(spend: Spend, calls_in_step: int, before_tool: bool) -> st
     return None
 
 
+def _night_shares(night: Night, settings: Settings) -> list[tuple[float, str, str]]:
+    """(share of its cap, what was used, the cap) for each nightly cap that is set."""
+    shares = []
+    if settings.nightly_token_cap is not None:
+        cap = settings.nightly_token_cap
+        shares.append((night.tokens / cap, f"used {night.tokens} tokens", f"token cap {cap}"))
+    if settings.nightly_cost_cap_usd is not None:
+        money = settings.nightly_cost_cap_usd
+        used = f"cost ${night.cost_usd:.4f}"
+        shares.append((night.cost_usd / money, used, f"cap ${money:.2f}"))
+    return shares
+
+
 def night_over_budget(spend: Spend, settings: Settings) -> str | None:
-    cap = settings.nightly_cost_cap_usd
-    if spend.night is None or cap is None or spend.night.cost_usd < cap:
+    """Why every run of the night must stop, or None."""
+    if spend.night is None or spend.sums_up_stopped_night:
         return None
-    return f"the batches of the night of {spend.night.name} cost ${spend.night.cost_usd:.4f}; "\
-        f"the nightly cap is ${cap:.2f}"  # fmt: skip
+    over = [
+        f"{used}; the nightly {cap.replace('cap ', 'cap is ')}"
+        for share, used, cap in _night_shares(spend.night, settings)
+        if share >= 1
+    ]
+    if not over:
+        return None
+    return f"the runs of the night of {spend.night.name} " + " and ".join(over)
 
 
 def night_warning(spend: Spend, settings: Settings) -> str | None:
-    """The warning to raise (once) when the night's spend nears the cap, or None."""
-    cap, night = settings.nightly_cost_cap_usd, spend.night
-    if night is None or cap is None or night.warned:
+    """The warning to raise (once) when the night's spend nears a nightly cap, or None."""
+    night = spend.night
+    if night is None or night.warned:
         return None
-    if night.cost_usd < cap * settings.nightly_alert_fraction:
+    near = [
+        f"{used}, {share:.0%} of the nightly {cap.replace('cap ', 'cap of ')}"
+        for share, used, cap in _night_shares(night, settings)
+        if share >= settings.nightly_alert_fraction
+    ]
+    if not near:
         return None
-    return (
-        f"the batches of the night of {night.name} cost ${night.cost_usd:.4f}, "
-        f"{night.cost_usd / cap:.0%} of the nightly cap of ${cap:.2f}"
-    )
+    return f"the runs of the night of {night.name} " + " and ".join(near)
 
 
-def stop_batch_txn(session: Session, batch_id: str, reason: str, message: str) -> NewAlert | None:
+def stop_batch_txn(
+    session: Session, settings: Settings, batch_id: str, reason: str, message: str
+) -> NewAlert | None:
     """Stop the rest of the batch: running children see it at their next check, parked ones
     are cancelled here. Returns the alert if this call was the one that raised it."""
     _stop_batches_txn(session, Batch.id == batch_id, reason, message)
-    return raise_alert_txn(session, f"budget_{reason}", f"batch:{batch_id}", message)
+    return raise_alert_txn(session, settings, f"budget_{reason}", f"batch:{batch_id}", message)
 
 
 def stop_night_txn(
     session: Session, settings: Settings, night: Night, message: str
 ) -> NewAlert | None:
     """Stop every running batch of the night, with one alert for the night."""
-    in_night = _in_night(settings, date.fromisoformat(night.name))
+    starts, ends = night_window(settings, date.fromisoformat(night.name))
+    in_night = (Batch.created_at >= starts) & (Batch.created_at < ends)
     _stop_batches_txn(session, in_night, NIGHT_STOPPED, message)
-    return raise_alert_txn(session, NIGHT_STOPPED, night.subject, message)
+    return raise_alert_txn(session, settings, NIGHT_STOPPED, night.subject, message)
 
 
 def _stop_batches_txn(
@@ -234,8 +226,12 @@ def _stop_batches_txn(
     settle_actions_of_ended_txn(session, parked, reason)
 
 
-def raise_alert_txn(session: Session, kind: str, subject: str, message: str) -> NewAlert | None:
-    """One alert per kind and subject, however many runs trip it."""
+def raise_alert_txn(
+    session: Session, settings: Settings, kind: str, subject: str, message: str
+) -> NewAlert | None:
+    """One alert per kind and subject, however many runs trip it; and, if
+    NIGHTSHIFT_ALERT_WEBHOOK_URL is set, its delivery owed, in the same transaction (the
+    caller's, fenced): sent after the commit like a completion webhook, retried, once per key."""
     created = session.execute(
         insert(Alert)
         .values(kind=kind, subject=subject, message=message)
@@ -245,15 +241,7 @@ def raise_alert_txn(session: Session, kind: str, subject: str, message: str) -> 
     if created is None:
         return None
     log.warning("ALERT %s on %s: %s", kind, subject, message)
+    if settings.alert_webhook_url:
+        notifications.owe_alert_txn(session, created, subject, settings.alert_webhook_url)
+        notifications.dispatch_new_txn(session)
     return NewAlert(kind, subject, message)
-
-
-def notify(alert: NewAlert, settings: Settings) -> None:
-    """Best effort, after the commit: the alert row is the record either way."""
-    if not settings.alert_webhook_url:
-        return
-    body: dict[str, Any] = {"kind": alert.kind, "subject": alert.subject, "message": alert.message}
-    try:
-        httpx.post(settings.alert_webhook_url, json=body, timeout=5.0).raise_for_status()
-    except httpx.HTTPError as exc:
-        log.warning("alert %s on %s: the webhook failed: %s", alert.kind, alert.subject, exc)

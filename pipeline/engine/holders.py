@@ -44,7 +44,12 @@ class Holder:
 
 def holder_here(thread: str) -> Holder:
     """This process, as a lease owner (`thread` tells its steps apart)."""
-    pid = os.getpid()
+    return _holder(os.getpid(), thread)
+
+
+@cache
+def _holder(pid: int, thread: str) -> Holder:
+    """Once a process and thread (a step asks for it each time; a forked child has its pid)."""
     return Holder(socket.gethostname(), pid, thread, scope_here() or "-", _own_start(pid))
 
 

@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
 from models import JournalEntry
-from pipeline.agent import Agent, Block, Message
-from pipeline.engine.leases import Lease, fenced_first_txn
+from pipeline.agent_definition import Agent, Block, Message
 from pipeline.errors import NonDeterminism
 from pipeline.keys import cut_key, model_key, note_key, tool_key
 
 _JOURNAL = JournalEntry.__table__.c
-
-# Plain Core and SQL, built once: the ORM's per-call statement building was a third of a
-# step's CPU (issue 14).
-_NEWER = (
-    select(_JOURNAL.id, _JOURNAL.key, _JOURNAL.step, _JOURNAL.step_name, _JOURNAL.payload)
-    .where(_JOURNAL.run_id == bindparam("run_id"), _JOURNAL.id > bindparam("last_id"))
-    .order_by(_JOURNAL.id)
-)
 _PAYLOAD = bindparam("payload", type_=_JOURNAL.payload.type)
 _APPEND = text(
     """
@@ -34,30 +24,6 @@ _APPEND = text(
     VALUES (:run_id, :key, :step, :step_name, :payload, false)
     """
 ).bindparams(_PAYLOAD)
-_APPEND_FENCED = text(
-    """
-    WITH fenced AS (
-        UPDATE runs SET updated_at = now() WHERE id = :run_id AND fence = :fence RETURNING id
-    )
-    INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
-    SELECT id, :key, :step, :step_name, :payload, false FROM fenced
-    RETURNING id
-    """
-).bindparams(_PAYLOAD)
-
-DEFERRED_ENTRIES = """
-    INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
-    SELECT runs.id, e.key, e.step, e.step_name, CAST(e.payload AS jsonb), false
-      FROM runs, unnest(CAST(:keys AS text[]), CAST(:steps AS integer[]),
-                        CAST(:step_names AS text[]), CAST(:payloads AS text[]))
-                 AS e(key, step, step_name, payload)
-     WHERE runs.id = :run_id AND runs.fence = :fence
-"""
-"""A CTE writing Journal.take_deferred()'s entries, for a fenced UPDATE of the run. Its own
-fence check reads the statement's snapshot: a step fenced out long ago inserts nothing (so a key
-the new holder journaled meanwhile is no unique violation). A takeover that commits while the
-statement runs is caught by the UPDATE, which then returns no row: LeaseLost rolls the whole
-transaction back, entries included."""
 
 MODEL_STEP = "ask_model"
 CUT_STEP = "cut_off"
@@ -72,6 +38,16 @@ class Entry:
     payload: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A run's journal as this process last read it: the last entry's id, the entries, and the
+    entries by key (copies its reader may extend)."""
+
+    last_id: int
+    entries: list[Entry]
+    by_key: dict[str, Entry]
+
+
 class _SeenEntries:
     """Per process: the journal entries already read, by run (in order, and by key), so a long
     run's step reads only what is new and indexes only that. Safe because a run's entries are
@@ -84,14 +60,14 @@ class _SeenEntries:
         )
         self._lock = threading.Lock()
 
-    def get(self, run_id: uuid.UUID) -> tuple[int, list[Entry], dict[str, Entry]]:
+    def get(self, run_id: uuid.UUID) -> Seen:
         """(the last id read, the entries, the entries by key): copies the caller may extend."""
         with self._lock:
             seen = self._seen.get(run_id)
             if seen is None:
-                return 0, [], {}
+                return Seen(0, [], {})
             self._seen.move_to_end(run_id)
-            return seen[0], list(seen[1]), dict(seen[2])
+            return Seen(seen[0], list(seen[1]), dict(seen[2]))
 
     def put(
         self, run_id: uuid.UUID, last_id: int, entries: list[Entry], by_key: dict[str, Entry]
@@ -142,11 +118,17 @@ class Journal:
         self._by_key = by_key
         self._deferred: list[Entry] = []
 
+    @staticmethod
+    def seen(run_id: uuid.UUID) -> Seen:
+        """What this process has read of the run's journal: a step's claim reads only what is
+        newer (queries.sql's journal_since, after `last_id`)."""
+        return _CACHE.get(run_id)
+
     @classmethod
-    def load_txn(cls, session: Session, run_id: uuid.UUID) -> Journal:
-        """The run's journal; only entries this process has not seen yet are read."""
-        last_id, entries, by_key = _CACHE.get(run_id)
-        rows = session.execute(_NEWER, {"run_id": run_id, "last_id": last_id}).all()
+    def extended(cls, run_id: uuid.UUID, seen: Seen, rows: list[Any]) -> Journal:
+        """The run's journal: what was `seen`, and the rows (id, key, step, step_name, payload)
+        read after it."""
+        entries, by_key = seen.entries, seen.by_key
         for row in rows:
             entry = Entry(row.key, row.step, row.step_name, row.payload)
             entries.append(entry)
@@ -180,42 +162,22 @@ class Journal:
         """Insert inside the caller's fenced transaction; remembered once that commits."""
         values = {"key": key, "step": step, "step_name": step_name, "payload": payload}
         session.execute(_APPEND, {"run_id": self.run_id, **values})
-        self._remember(key, step, step_name, payload)
-
-    def append_fenced_txn(
-        self,
-        session: Session,
-        lease: Lease,
-        key: str,
-        step: int,
-        step_name: str,
-        payload: dict[str, Any],
-    ) -> None:
-        """Check the fence and insert, in one statement: the first of a transaction of its own
-        (fenced(), leases.py, does the same check in a statement of its own)."""
-        values = {"key": key, "step": step, "step_name": step_name, "payload": payload}
-        fenced_first_txn(session, lease, _APPEND_FENCED, values)
-        self._remember(key, step, step_name, payload)
+        self.remember(key, step, step_name, payload)
 
     def defer(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
-        """Journal this entry in the step's checkpoint statement (take_deferred) instead
-        of one of its own: the step's last write before the checkpoint."""
+        """Journal this entry in the step's checkpoint statement (take_deferred) instead of
+        one of its own: the step's last write before the checkpoint."""
         self._deferred.append(Entry(key, step, step_name, payload))
-        self._remember(key, step, step_name, payload)
+        self.remember(key, step, step_name, payload)
 
-    def take_deferred(self) -> dict[str, list[Any]]:
-        """The deferred entries as the parameters of DEFERRED_ENTRIES (a CTE the checkpoint's
-        fenced UPDATE writes them in); they are then no longer deferred."""
+    def take_deferred(self) -> list[Entry]:
+        """The deferred entries, for the checkpoint's statement (which writes them only if the
+        fence is current); they are then no longer deferred."""
         deferred, self._deferred = self._deferred, []
-        return {
-            "keys": [e.key for e in deferred],
-            "steps": [e.step for e in deferred],
-            "step_names": [e.step_name for e in deferred],
-            # JSON as SQLAlchemy's JSON type writes it (json.dumps), cast to jsonb in SQL
-            "payloads": [json.dumps(e.payload) for e in deferred],
-        }
+        return deferred
 
-    def _remember(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
+    def remember(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:
+        """An entry its caller has just committed (or will write with the checkpoint)."""
         entry = Entry(key, step, step_name, payload)
         self.entries.append(entry)
         self._by_key[key] = entry

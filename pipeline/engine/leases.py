@@ -16,10 +16,13 @@ from sqlalchemy import Executable, Row, text
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
-from pipeline.db import after_commit, transaction
+from pipeline.db import transaction
+from pipeline.engine import step_sql
 from pipeline.engine.holders import is_certainly_gone
 from pipeline.errors import LeaseLost
 from pipeline.logs import get_logger
+from pipeline.reachability import DATABASE
+from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.leases")
 
@@ -37,138 +40,39 @@ RELEASED = {"lease_owner": None, "lease_expires_at": None}
 """Giving up the lease, in the same UPDATE that checkpoints, parks or finishes the run: the
 next step's message may claim at once."""
 
-_CLAIM = text(
-    """
-    WITH prior AS (
-        SELECT id, lease_expires_at FROM runs
-         WHERE id = :run_id
-           AND status = 'running'
-           AND (lease_expires_at IS NULL OR lease_expires_at < now())
-           FOR UPDATE
-    )
-    UPDATE runs
-       SET fence = fence + 1,
-           lease_owner = :owner,
-           lease_expires_at = now() + make_interval(secs => :lease),
-           attempt = attempt + 1,
-           updated_at = now()
-      FROM prior
-     WHERE runs.id = prior.id
-    RETURNING runs.fence, prior.lease_expires_at AS expired_at
-    """
-)
-
-# A claim that takes a run over closes its open `resumptions` row (opened by the tick), or
-# records one itself when it found the lease expired with no tick in between. A statement of
-# its own, so that it sees a row the tick committed while this claim waited for the run lock.
-_RECORD_TAKEOVER = text(
-    """
-    WITH resumed AS (
-        UPDATE resumptions SET resumed_at = now(), fence = :fence
-         WHERE run_id = :run_id AND resumed_at IS NULL
-        RETURNING cause, extract(epoch FROM resumed_at - lost_at) AS seconds
-    ), recorded AS (
-        INSERT INTO resumptions (run_id, cause, lost_at, resumed_at, fence)
-        SELECT :run_id, 'lease_expired', CAST(:expired_at AS timestamptz), now(), :fence
-         WHERE CAST(:expired_at AS timestamptz) IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM resumed)
-        RETURNING cause, extract(epoch FROM resumed_at - lost_at) AS seconds
-    )
-    SELECT cause, seconds FROM resumed UNION ALL SELECT cause, seconds FROM recorded
-    """
-)
-
-# Every lease this process holds, in one statement (unnest: one row per lease). A row that
-# another transaction has locked is skipped, not waited for: during an action's send the run's
-# row stays locked (engine/actions.py), and waiting for it would hold up the renewal of every
-# other lease in the process. `ours` (read without locking) tells such a busy lease, still this
-# holder's, from one that is gone.
-_RENEW_HELD = text(
-    """
-    WITH held AS (
-        SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:fences AS bigint[]),
-                             CAST(:owners AS text[]), CAST(:leases AS float8[]))
-                   AS held(id, fence, owner, lease)
-    ), ours AS (
-        SELECT runs.id, runs.fence FROM runs JOIN held
-            ON runs.id = held.id AND runs.fence = held.fence AND runs.lease_owner = held.owner
-         WHERE runs.status = 'running'
-    ), free AS MATERIALIZED (
-        SELECT runs.id, held.lease FROM runs JOIN held
-            ON runs.id = held.id AND runs.fence = held.fence AND runs.lease_owner = held.owner
-         WHERE runs.status = 'running'
-           FOR NO KEY UPDATE OF runs SKIP LOCKED
-    ), renewed AS (
-        UPDATE runs SET lease_expires_at = now() + make_interval(secs => free.lease)
-          FROM free
-         WHERE runs.id = free.id
-        RETURNING runs.id, runs.fence
-    )
-    SELECT id, fence, true AS renewed FROM renewed
-    UNION ALL
-    SELECT id, fence, false FROM ours
-     WHERE NOT EXISTS (SELECT 1 FROM renewed WHERE renewed.id = ours.id)
-    """
-)
-
 _GUARD = text("UPDATE runs SET updated_at = now() WHERE id = :run_id AND fence = :fence")
 
 
-def claim_txn(
-    session: Session, run_id: uuid.UUID, owner: str, lease_seconds: float
-) -> Lease | None:
-    """Take the run if it is runnable and nobody holds a live lease; None otherwise."""
-    claimed = session.execute(
-        _CLAIM, {"run_id": run_id, "owner": owner, "lease": lease_seconds}
-    ).one_or_none()
-    if claimed is None:
-        return None
-    takeover = session.execute(
-        _RECORD_TAKEOVER,
-        {"run_id": run_id, "fence": claimed.fence, "expired_at": claimed.expired_at},
-    ).one_or_none()
-    if takeover is not None:
-        cause, seconds = takeover.cause, float(takeover.seconds)
-        after_commit(session, lambda: instruments.resumed(cause, seconds))
-    return Lease(run_id, claimed.fence, owner)
-
-
-_CLAIM_FROM_DEAD = text(
-    """
-    UPDATE runs
-       SET fence = fence + 1,
-           lease_owner = :owner,
-           lease_expires_at = now() + make_interval(secs => :lease),
-           attempt = attempt + 1,
-           updated_at = now()
-     WHERE id = :run_id AND status = 'running' AND lease_owner = :dead
-    RETURNING fence
-    """
-)
-
-
-def claim_from_dead_txn(
-    session: Session, run_id: uuid.UUID, owner: str, lease_seconds: float
-) -> Lease | None:
-    """Take over at once from a holder that is certainly gone (a pool child that died, a
-    process whose pid this worker can check: pipeline/engine/holders.py), instead of waiting
-    for its lease to lapse. The fence still refuses it should it somehow write again."""
-    holder = session.scalar(text("SELECT lease_owner FROM runs WHERE id = :id"), {"id": run_id})
-    if holder is None or not is_certainly_gone(holder):
-        return None
-    fence = session.execute(
-        _CLAIM_FROM_DEAD,
-        {"run_id": run_id, "owner": owner, "lease": lease_seconds, "dead": holder},
-    ).scalar_one_or_none()
-    if fence is None:
-        return None
-    log.warning("run %s: took over from %s, a process that is gone", run_id, holder)
-    return Lease(run_id, fence, owner)
+def take(
+    run_id: uuid.UUID,
+    owner: str,
+    lease_seconds: float,
+    settings: Settings,
+    last_entry: int = 0,
+) -> step_sql.Claimed | None:
+    """Claim the run for a step and load it (step_sql.claim, one round trip); None if it is
+    not runnable or another worker holds a live lease. A holder that is certainly gone (a
+    pool child that died, a process whose pid this worker can check: holders.py) is taken
+    over at once instead of waiting for its lease to lapse; the fence still refuses it should
+    it somehow write again."""
+    claimed = step_sql.claim(run_id, owner, lease_seconds, last_entry, settings)
+    if isinstance(claimed, step_sql.NotClaimed):
+        holder = claimed.holder
+        if holder is None or not is_certainly_gone(holder):
+            return None
+        claimed = step_sql.claim(run_id, owner, lease_seconds, last_entry, settings, dead=holder)
+        if isinstance(claimed, step_sql.NotClaimed):
+            return None
+        log.warning("run %s: took over from %s, a process that is gone", run_id, holder)
+    if claimed.resumed is not None:
+        instruments.resumed(*claimed.resumed)
+    return claimed
 
 
 def claim(run_id: uuid.UUID, owner: str, lease_seconds: float) -> Lease | None:
-    with transaction() as session:
-        return claim_txn(session, run_id, owner, lease_seconds)
+    """take(), for a caller that needs only the lease."""
+    claimed = take(run_id, owner, lease_seconds, get_settings())
+    return Lease(run_id, claimed.fence, owner) if claimed is not None else None
 
 
 def renew(lease: Lease, lease_seconds: float) -> bool:
@@ -188,16 +92,12 @@ def renew_held(leases: Mapping[Lease, float]) -> tuple[set[Lease], set[Lease]]:
     if not leases:
         return set(), set()
     by_key = {(lease.run_id, lease.fence): lease for lease in leases}
-    with transaction() as session:
-        rows = session.execute(
-            _RENEW_HELD,
-            {
-                "ids": [lease.run_id for lease in leases],
-                "fences": [lease.fence for lease in leases],
-                "owners": [lease.owner for lease in leases],
-                "leases": list(leases.values()),
-            },
-        ).all()
+    rows = step_sql.renew_leases(
+        [lease.run_id for lease in leases],
+        [lease.fence for lease in leases],
+        [lease.owner for lease in leases],
+        list(leases.values()),
+    )
     renewed = {by_key[(row.id, row.fence)] for row in rows if row.renewed}
     busy = {by_key[(row.id, row.fence)] for row in rows if not row.renewed}
     return renewed, busy
@@ -337,11 +237,13 @@ class _Renewer:
         for heartbeat in due:
             leases[heartbeat.lease] = max(leases.get(heartbeat.lease, 0), heartbeat.lease_seconds)
         try:
-            return renew_held(leases)
-        except Exception as exc:  # the database is briefly away: keep trying until leases lapse
+            renewed = DATABASE.attempt(lambda: renew_held(leases))
+        except Exception as exc:  # keep trying until the leases lapse
             runs = ", ".join(str(lease.run_id) for lease in leases)
             log.warning("lease renewal failed, will retry (runs %s): %s", runs, exc)
             return None
+        # None: the database is away (DATABASE says so once); keep trying until leases lapse
+        return renewed
 
     def _settle(self, due: list[Heartbeat], outcome: tuple[set[Lease], set[Lease]] | None) -> None:
         now = time.monotonic()

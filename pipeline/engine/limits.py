@@ -4,17 +4,13 @@ budget raises one alert; nearing the nightly cap raises a warning first."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
-from sqlalchemy.orm import Session
-
-from models import BatchStatus, Run
-from pipeline.agent import Agent
-from pipeline.db import transaction
+from models import BatchStatus
+from pipeline.agent_definition import Agent
 from pipeline.engine import budgets
+from pipeline.engine.leases import Lease, fenced
 from pipeline.errors import NotConfigured, RunStopped
 from pipeline.settings import Settings
 
@@ -29,32 +25,10 @@ class Limits:
     spend: budgets.Spend
 
 
-_RUNS = Run.__table__.c
-
-LIMITS_COLUMNS = (
-    _RUNS.cancel_requested,
-    _RUNS.cancel_requested_by,
-    (_RUNS.deadline <= func.now()).label("past_deadline"),
-    *budgets.SPEND_COLUMNS,
-)
-"""What the stop checks read of a run and its batch (from budgets.RUN_AND_BATCH)."""
-
-_LIMITS = (
-    select(*LIMITS_COLUMNS)
-    .select_from(budgets.RUN_AND_BATCH)
-    .where(_RUNS.id == bindparam("run_id"))
-)
-
-
-def limits_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Limits:
-    row = session.execute(_LIMITS, {"run_id": run_id}).one()
-    return limits_of(session, row, settings)
-
-
-def limits_of(session: Session, row: Any, settings: Settings) -> Limits:
-    """The limits from a row that holds LIMITS_COLUMNS."""
-    spend = budgets.spend_of(session, row, settings)
-    return Limits(row.cancel_requested, row.cancel_requested_by, bool(row.past_deadline), spend)
+def limits_of(row: Any) -> Limits:
+    """The limits from a row of queries.sql's `limits` statement."""
+    spend = budgets.spend_of(row)
+    return Limits(row.cancel_requested, row.cancel_requested_by, row.past_deadline, spend)
 
 
 def stop_for(
@@ -71,14 +45,14 @@ def stop_for(
     if limits.past_deadline:
         return RunStopped("deadline", "the run's deadline passed")
     if spend.batch_status is BatchStatus.STOPPED:
-        reason = spend.batch_stop_reason or "budget"
+        reason = spend.batch_stop_reason or budgets.BATCH_STOPPED
         return RunStopped(reason, f"batch {spend.batch_id} was stopped ({reason})")
     over = budgets.night_over_budget(spend, settings)
     if over is not None:
         return RunStopped(budgets.NIGHT_STOPPED, over)
     over = budgets.batch_over_budget(spend, calls_in_step, before_tool)
     if over is not None:
-        return RunStopped("budget", over)
+        return RunStopped(budgets.BATCH_STOPPED, over)
     if agent is None:
         return None
     calls = spend.tool_calls + calls_in_step
@@ -96,44 +70,42 @@ def stop_for(
     return None
 
 
-def config_stop(agent: Agent, settings: Settings) -> NotConfigured | None:
+def config_stop(agent: Agent, settings: Settings) -> RunStopped | None:
     """The run cannot work on this worker: a tool needs a variable that is not set here."""
     unset = agent.unset_needs(settings.is_set)
     if not unset:
         return None
     variables = tuple(dict.fromkeys(variable for variable, _ in unset))
     tools = ", ".join(dict.fromkeys(tool for _, tool in unset))
-    return NotConfigured(variables, f"agent {agent.name!r} ({tools})")
+    return NotConfigured(variables, f"agent {agent.name!r} ({tools})").stop()
 
 
-def alert_for(
-    stop: RunStopped, spend: budgets.Spend, run_id: uuid.UUID, settings: Settings
-) -> None:
-    """Record (once) what a budget stop means: the batch stops, or the run's limit alert."""
-    alert = None
-    with transaction() as session:
+def alert_for(stop: RunStopped, spend: budgets.Spend, lease: Lease, settings: Settings) -> None:
+    """Record (once) what a budget stop means: the batch stops, or the run's limit alert, and
+    the alert's webhook owed. Fenced like every write of a step: a step whose lease is gone
+    stops no batch, fails no parked run and raises no alert (LeaseLost, and the transaction
+    rolls back)."""
+    with fenced(lease) as session:
         if stop.reason == budgets.NIGHT_STOPPED and spend.night is not None:
-            alert = budgets.stop_night_txn(session, settings, spend.night, str(stop))
-        elif stop.reason == "budget" and spend.batch_status is BatchStatus.RUNNING:
+            budgets.stop_night_txn(session, settings, spend.night, str(stop))
+        elif stop.reason == budgets.BATCH_STOPPED and spend.batch_status is BatchStatus.RUNNING:
             assert spend.batch_id is not None
-            alert = budgets.stop_batch_txn(session, spend.batch_id, "budget", str(stop))
-        elif stop.reason.startswith("max_"):
-            alert = budgets.raise_alert_txn(
-                session, f"budget_{stop.reason}", f"run:{run_id}", str(stop)
+            budgets.stop_batch_txn(
+                session, settings, spend.batch_id, budgets.BATCH_STOPPED, str(stop)
             )
-    if alert is not None:
-        budgets.notify(alert, settings)
+        elif stop.reason.startswith("max_"):
+            budgets.raise_alert_txn(
+                session, settings, f"budget_{stop.reason}", f"run:{lease.run_id}", str(stop)
+            )
 
 
-def warn_for(limits: Limits, settings: Settings) -> None:
-    """Raise the night's warning alert once, when its spend nears the nightly cap."""
+def warn_for(limits: Limits, lease: Lease, settings: Settings) -> None:
+    """Raise the night's warning alert once, when its spend nears the nightly cap (fenced)."""
     spend = limits.spend
     message = budgets.night_warning(spend, settings)
     if message is None or spend.night is None:
         return
-    with transaction() as session:
-        alert = budgets.raise_alert_txn(
-            session, budgets.NIGHT_WARNING, spend.night.subject, message
+    with fenced(lease) as session:
+        budgets.raise_alert_txn(
+            session, settings, budgets.NIGHT_WARNING, spend.night.subject, message
         )
-    if alert is not None:
-        budgets.notify(alert, settings)

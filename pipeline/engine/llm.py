@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
 
-from pipeline.agent import Agent, Conversation, Message, input_from_messages
+from pipeline.agent_definition import Agent, Block, Conversation, Message, input_from_messages
+from pipeline.engine.usage import SCRIPTED_MODEL
 from pipeline.errors import PermanentError
 from pipeline.settings import Settings
 
@@ -89,7 +90,7 @@ def _with_cache_point(message: Message) -> Message:
 class ScriptedModel:
     """A deterministic stand-in that answers with each agent's script (no network, no key)."""
 
-    name = "scripted"
+    name = SCRIPTED_MODEL
 
     def reply(self, agent: Agent, messages: list[Message], *, max_tokens: int) -> Reply:
         return scripted_reply(agent, messages, model=self.name)
@@ -104,6 +105,12 @@ def scripted_reply(agent: Agent, messages: list[Message], model: str) -> Reply:
             "model, and ANTHROPIC_API_KEY is not set on this worker"
         )
     content = agent.script(Conversation(input=input_from_messages(messages), messages=messages))
+    return reply_of(content, agent.system, messages, model)
+
+
+def reply_of(content: list[Block], system: str, messages: list[Message], model: str) -> Reply:
+    """A reply in the Messages API's shape for content a stand-in wrote (a script, a test's
+    canned reply): its stop reason from its blocks, its usage estimated from its length."""
     uses_tools = any(block["type"] == "tool_use" for block in content)
     return {
         "id": f"msg_scripted_{len(messages):04d}",
@@ -113,7 +120,7 @@ def scripted_reply(agent: Agent, messages: list[Message], model: str) -> Reply:
         "content": content,
         "stop_reason": "tool_use" if uses_tools else "end_turn",
         "usage": {
-            "input_tokens": _estimate_tokens(agent.system, messages),
+            "input_tokens": _estimate_tokens(system, messages),
             "output_tokens": max(
                 1, len(json.dumps([{"role": "assistant", "content": content}])) // 4
             ),
@@ -175,6 +182,15 @@ class _ConversationSizes:
 
 
 _SIZES = _ConversationSizes()
+
+
+def load_sdk(settings: Settings) -> None:
+    """Import the SDK at a worker's start when its runs call the model: a prefork worker's pool
+    children then fork with it loaded. Each child paid the import in its first step (~0.7 s,
+    2-10 s on a loaded machine), and after a pool child dies, its replacement often runs the
+    step resumed from it."""
+    if settings.anthropic_api_key:
+        import anthropic  # noqa: F401
 
 
 @cache

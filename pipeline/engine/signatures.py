@@ -1,7 +1,7 @@
 """The signature scheme of nightshift's webhooks, both ways: requests sent to nightshift (the
 approval and event webhooks, pipeline/api/webhooks.py) are verified with it, and the completion
-notifications nightshift sends (pipeline/engine/notify.py) are signed with it. HMAC-SHA256
-over the timestamp, the method, the path and the raw body, inside a 5-minute window.
+notifications nightshift sends (pipeline/engine/notification_sender.py) are signed with it.
+HMAC-SHA256 over the timestamp, the method, the path and the raw body, inside a 5-minute window.
 
 Headers: `X-Nightshift-Timestamp: <unix seconds>` and
 `X-Nightshift-Signature: v2=<hex HMAC-SHA256(secret, f"{timestamp}\\n{METHOD}\\n{path}\\n" + body)>`
@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import time
 
-from pipeline.errors import NightshiftError
+from pipeline.errors import Unauthenticated
 
 TIMESTAMP_HEADER = "X-Nightshift-Timestamp"
 SIGNATURE_HEADER = "X-Nightshift-Signature"
@@ -24,7 +24,7 @@ _PREFIX = "v2="
 _OLD_PREFIX = "sha256="
 
 
-class BadSignature(NightshiftError):
+class BadSignature(Unauthenticated):
     """The webhook's signature or timestamp is missing or wrong."""
 
 

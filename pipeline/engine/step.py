@@ -13,6 +13,7 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
+import psycopg
 from sqlalchemy import (
     DateTime,
     case,
@@ -22,39 +23,39 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
 from models import Run, RunStatus
-from pipeline.agent import Agent, Conversation
-from pipeline.app import send_step_after_commit
+from pipeline.agent_definition import Agent, Conversation
+from pipeline.app import send_step, send_step_after_commit
 from pipeline.crash import crash_point
-from pipeline.db import after_commit, transaction
+from pipeline.engine import dispatch, quarantine, step_sql, stops
 from pipeline.engine import journal as jr
-from pipeline.engine import stops
 from pipeline.engine.actions import ParkRun
 from pipeline.engine.leases import (
     RELEASED,
     Heartbeat,
     Lease,
-    claim_from_dead_txn,
-    claim_txn,
     fenced,
-    fenced_first_txn,
+    take,
 )
 from pipeline.engine.limits import (
     Limits,
     alert_for,
     config_stop,
     limits_of,
-    limits_txn,
     stop_for,
     warn_for,
 )
 from pipeline.engine.llm import Model, Reply, model_for
-from pipeline.engine.run_rows import CHECKPOINT, FINISH, LOAD
+from pipeline.engine.outage import ModelCall
+from pipeline.engine.run_rows import FINISH
+from pipeline.engine.step_sql import Claimed
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
 from pipeline.engine.usage import Usage
+from pipeline.engine.versions import RunVersions, StepVersion, version_for_step
 from pipeline.errors import (
     DatabaseUnavailable,
     LeaseLost,
@@ -68,21 +69,18 @@ from pipeline.errors import (
 from pipeline.keys import cut_key, model_key, note_key
 from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
-from pipeline.retry import RetryPolicy, call_with_retries
-from pipeline.runs import fanout, notify
+from pipeline.runs import fanout, notifications
+from pipeline.runs.failed_attempts import StepFailures
 from pipeline.runs.obligations import settle_actions_of_ended_txn
 from pipeline.runs.waits import is_settled_txn
 from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.engine")
 
-MODEL_RETRY = RetryPolicy(attempts=6, base_seconds=0.5, cap_seconds=15.0)
-SUCCESS_CHECK_NOTE = (
-    "The success check failed: the task is not finished yet. Keep going and complete it."
-)
 
+class StepOutcome(StrEnum):
+    """What one delivery of a step did (a run's outcome is pipeline.views.outcomes.RunOutcome)."""
 
-class Outcome(StrEnum):
     SKIPPED = "skipped"
     """Another worker holds the run, or it is not runnable: a normal duplicate delivery."""
     CONTINUE = "continue"
@@ -92,13 +90,15 @@ class Outcome(StrEnum):
     LEASE_LOST = "lease_lost"
     TIME_UP = "time_up"
     """The step passed its time limit: the run was handed to another attempt."""
+    HANDED_ON = "handed_on"
+    """A suspect step found this process's quarantine busy: it was sent again, uncounted."""
     UNKNOWN_AGENT = "unknown_agent"
     """This process has no agent of that name: the step was left for a worker that has it."""
 
 
 @dataclass(frozen=True)
 class StepResult:
-    outcome: Outcome
+    outcome: StepOutcome
     run_id: uuid.UUID
     detail: str = ""
 
@@ -114,6 +114,9 @@ class RunSnapshot:
     max_steps: int
     state: dict[str, Any]
     batch_id: str | None
+    failures: StepFailures
+    """The failed attempts of this step so far (a suspect runs in quarantine)."""
+    versions: RunVersions
 
 
 def execute_step(
@@ -132,29 +135,36 @@ def execute_step(
     (pipeline/engine/time_limit.py bounds steps with it).
     """
     settings = settings or get_settings()
-    try:
-        with transaction() as session:  # claim and load in one round of the database
-            lease = claim_txn(
-                session, run_id, owner, settings.lease_seconds
-            ) or claim_from_dead_txn(session, run_id, owner, settings.lease_seconds)
-            loaded = _load_txn(session, run_id, settings) if lease is not None else None
-    except DBAPIError as exc:
+    seen = jr.Journal.seen(run_id)
+    try:  # the claim and everything the step loads: one round trip
+        claimed = take(run_id, owner, settings.lease_seconds, settings, seen.last_id)
+    except (DBAPIError, psycopg.Error) as exc:
         # Nothing was done (a claim that committed unseen is a live lease: a redelivery skips).
-        raise DatabaseUnavailable(
-            f"run {run_id}: no claim, PostgreSQL failed: {exc.orig!r}"
-        ) from exc
-    if lease is None or loaded is None:
+        orig = getattr(exc, "orig", None) or exc
+        raise DatabaseUnavailable(f"run {run_id}: no claim, PostgreSQL failed: {orig!r}") from exc
+    except PoolTimeout as exc:  # every kept connection stayed busy for a lease
+        raise DatabaseUnavailable(f"run {run_id}: no claim, no free connection: {exc}") from exc
+    if claimed is None:
         log.info("run %s: not claimable (live lease elsewhere or not running); skipping", run_id)
-        instruments.STEPS.labels("", Outcome.SKIPPED.value).inc()
-        return StepResult(Outcome.SKIPPED, run_id)
+        instruments.STEPS.labels("", StepOutcome.SKIPPED.value).inc()
+        return StepResult(StepOutcome.SKIPPED, run_id)
+    lease = Lease(run_id, claimed.fence, owner)
+    loaded = _loaded(run_id, claimed, seen)
     started = time.perf_counter()
     with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
         try:
-            runner = StepRunner(lease, heartbeat, settings, loaded, ends_by)
-            result = runner.run(leave_unknown_agent=leave_unknown_agent)
+            run = loaded.run
+            wait = quarantine.wait_for_turn(ends_by, settings.step_time_limit / 2)
+            with quarantine.admitted(lease, run.step, run.failures, wait) as admitted:
+                if admitted:
+                    runner = StepRunner(lease, heartbeat, settings, loaded, ends_by)
+                    result = runner.run(leave_unknown_agent=leave_unknown_agent)
+                else:
+                    quarantine.hand_on(lease, run.agent, run.step, run.batch_id)
+                    result = StepResult(StepOutcome.HANDED_ON, run_id)
         except LeaseLost as exc:
             log.warning("run %s: %s; stopping without writing", run_id, exc)
-            result = StepResult(Outcome.LEASE_LOST, run_id)
+            result = StepResult(StepOutcome.LEASE_LOST, run_id)
     agent = loaded.run.agent
     instruments.STEPS.labels(agent, result.outcome.value).inc()
     instruments.STEP_SECONDS.labels(agent).observe(time.perf_counter() - started)
@@ -168,8 +178,8 @@ class Loaded:
     limits: Limits
 
 
-def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded:
-    row = session.execute(LOAD, {"run_id": run_id}).one()
+def _loaded(run_id: uuid.UUID, claimed: Claimed, seen: jr.Seen) -> Loaded:
+    row = claimed.run
     snapshot = RunSnapshot(
         id=run_id,
         agent=row.agent,
@@ -178,9 +188,11 @@ def _load_txn(session: Session, run_id: uuid.UUID, settings: Settings) -> Loaded
         max_steps=row.max_steps,
         state=row.state,
         batch_id=row.batch_id,
+        failures=StepFailures.of(row.failed_step, row.failed_attempts, row.failures, row.step),
+        versions=RunVersions(row.agent_version, row.running_version, row.allowed_version),
     )
-    journal = jr.Journal.load_txn(session, run_id)
-    return Loaded(snapshot, journal, limits_of(session, row, settings))
+    journal = jr.Journal.extended(run_id, seen, claimed.entries)
+    return Loaded(snapshot, journal, limits_of(claimed.limits))
 
 
 class StepRunner:
@@ -217,11 +229,16 @@ class StepRunner:
             return self._run(run, agent, journal)
 
     def _run(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
+        failures = run.failures
+        if failures.count >= agent.max_step_attempts:
+            return self._finish(run, RunStatus.FAILED, failures.kind.value,
+                                error=f"stopped: {failures.describe()}")  # fmt: skip
         if run.step >= run.max_steps:
             return self._finish(run, RunStatus.FAILED, "max_steps", error="stopped: max_steps")
         log.info("working (fence %d)", self.lease.fence)
         try:
-            return self._step(run, agent, journal)
+            version = version_for_step(self.lease, agent, run.versions, bool(journal.entries))
+            return self._step(run, agent, journal, version)
         except ParkRun as park:
             return self._park(run, park)
         except RunStopped as stopped:
@@ -238,7 +255,7 @@ class StepRunner:
                 run,
                 RunStatus.FAILED,
                 "model_unavailable",
-                error=f"model unavailable after {MODEL_RETRY.attempts} attempts: {exc}",
+                error=f"model unavailable: {exc}",
             )
 
     def _unknown_agent(self, run: RunSnapshot, exc: UnknownAgent, *, leave: bool) -> StepResult:
@@ -250,7 +267,7 @@ class StepRunner:
         log.warning(
             "agent %r is not registered here; leaving the step to another worker", run.agent
         )
-        return StepResult(Outcome.UNKNOWN_AGENT, run.id, detail=str(exc))
+        return StepResult(StepOutcome.UNKNOWN_AGENT, run.id, detail=str(exc))
 
     def _keep_going(self, before_tool: bool = False) -> None:
         """Before every model and tool call: stop if the lease is gone, the run was cancelled,
@@ -261,27 +278,39 @@ class StepRunner:
             raise StepTimeUp(f"run {self.lease.run_id}: the step reached its time limit")
         limits, self._limits = self._limits, None
         if limits is None:
-            with transaction() as session:
-                limits = limits_txn(session, self.lease.run_id, self.settings)
-        warn_for(limits, self.settings)
+            limits = limits_of(step_sql.read_limits(self.lease.run_id, self.settings))
+        warn_for(limits, self.lease, self.settings)
         stop = stop_for(limits, self.agent, self.settings, self.calls_in_step, before_tool)
         if stop is None:
             return
-        alert_for(stop, limits.spend, self.lease.run_id, self.settings)
+        alert_for(stop, limits.spend, self.lease, self.settings)
         raise stop
 
-    def _step(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
+    def _step(
+        self, run: RunSnapshot, agent: Agent, journal: jr.Journal, version: StepVersion
+    ) -> StepResult:
         unconfigured = config_stop(agent, self.settings)
         if unconfigured is not None:
             raise unconfigured  # before any model call or send: the run fails with `config`
         messages = journal.messages(agent, run.input, before_step=run.step)
+        replayed = journal.replay(model_key(run.step), jr.MODEL_STEP) is not None
         reply = self._model_reply(run, agent, journal, messages)
         stop = stops.stop_for_reply(reply)
         if stop is not None:
             raise stop
-        uses = [b for b in reply["content"] if b["type"] == "tool_use"]
+        uses = dispatch.tool_uses(reply)
         calls = [
-            ToolCall(self.lease, run.id, run.agent, run.step, run.input, b, last=b is uses[-1])
+            ToolCall(
+                self.lease,
+                run.id,
+                run.agent,
+                run.step,
+                run.input,
+                b,
+                last=b is uses[-1],
+                replayed=replayed,
+                version=version,
+            )
             for b in uses
         ]
         record_proposals(calls, agent, journal, self.settings)
@@ -289,20 +318,18 @@ class StepRunner:
             self._keep_going(before_tool=True)
             self.calls_in_step += 1
             run_tool_call(call, agent, journal, self.settings, self._keep_going)
-        if uses or reply.get("stop_reason") == "pause_turn":
+        if dispatch.continues(reply):
             # Paused: the next step sends this content back as-is and the model continues it.
             return self._checkpoint(run, tool_calls=len(uses))
         messages = journal.messages(agent, run.input, before_step=run.step + 1, remember=False)
         conversation = Conversation(input=run.input, messages=messages, state=run.state)
         if agent.check_success is not None and not agent.check_success(conversation):
             with fenced(self.lease) as session:
-                note = {"text": SUCCESS_CHECK_NOTE}
+                note = {"text": dispatch.SUCCESS_CHECK_NOTE}
                 journal.append_txn(session, note_key(run.step), run.step, jr.NOTE_STEP, note)
             log.info("success check failed; continuing")
             return self._checkpoint(run, tool_calls=0)
-        result = {"text": conversation.last_text(), "state": run.state}
-        if reply.get("stop_sequence"):
-            result["stop_sequence"] = reply["stop_sequence"]
+        result = dispatch.answer(conversation, reply)
         return self._finish(run, RunStatus.SUCCEEDED, "completed", result=result, reply=reply)
 
     def _model_reply(
@@ -338,10 +365,15 @@ class StepRunner:
             cut_offs.append(cut)
             crash_point("after_cut_off_journaled")
             log.warning("the reply was cut off at max_tokens=%d; asking again", room)
-        with transaction() as session:
-            journal.append_fenced_txn(session, self.lease, key, run.step, jr.MODEL_STEP, reply)
-            # for the check before the first tool
-            self._limits = limits_txn(session, run.id, self.settings)
+        # Journaled before it is acted on, with the limits for the check before the first tool.
+        lease = self.lease
+        limits = step_sql.journal_reply(
+            run.id, lease.fence, key, run.step, jr.MODEL_STEP, reply, self.settings
+        )
+        if limits is None:
+            raise LeaseLost(f"run {run.id}: fence {lease.fence} is no longer current")
+        journal.remember(key, run.step, jr.MODEL_STEP, reply)
+        self._limits = limits_of(limits)
         crash_point("after_model_journaled")
         return reply
 
@@ -350,11 +382,9 @@ class StepRunner:
     ) -> Reply:
         started, result = time.perf_counter(), "error"
         try:
-            reply = call_with_retries(
-                partial(self.model.reply, agent, messages, max_tokens=room),
-                MODEL_RETRY,
-                before_retry=self.heartbeat.check,
-            )
+            # Brief retries here; past them the run parks until the provider answers again.
+            call = ModelCall(self.lease, self.model.name, self.settings, self.heartbeat.check)
+            reply = call.reply(partial(self.model.reply, agent, messages, max_tokens=room))
             result = "ok"
         finally:
             instruments.MODEL_CALLS.labels(run.agent, result).inc()
@@ -367,17 +397,15 @@ class StepRunner:
     def _checkpoint(self, run: RunSnapshot, tool_calls: int) -> StepResult:
         """Commit the step, give up the lease and send the next step once that committed."""
         crash_point("before_checkpoint")
-        with transaction() as session:
-            values = {
-                "tool_calls": tool_calls,
-                **self.usage.amounts(),
-                **self.loaded.journal.take_deferred(),  # the last tool result
-            }
-            fenced_first_txn(session, self.lease, CHECKPOINT, values)
-            after_commit(session, lambda: crash_point("after_checkpoint_before_enqueue"))
-            self._send_next(session, run, run.step + 1)
+        lease = self.lease
+        deferred = self.loaded.journal.take_deferred()  # the last tool result
+        usage = self.usage.amounts()
+        if step_sql.checkpoint(run.id, lease.fence, tool_calls, usage, deferred) is None:
+            raise LeaseLost(f"run {run.id}: fence {lease.fence} is no longer current")
+        crash_point("after_checkpoint_before_enqueue")
+        send_step(run.id, agent=run.agent, step=run.step + 1, batch=run.batch_id)
         log.info("checkpointed")
-        return StepResult(Outcome.CONTINUE, run.id)
+        return StepResult(StepOutcome.CONTINUE, run.id)
 
     def _send_next(self, session: Session, run: RunSnapshot, step: int) -> None:
         send_step_after_commit(session, run.id, agent=run.agent, step=step, batch=run.batch_id)
@@ -394,7 +422,7 @@ class StepRunner:
                 session.execute(update(Run).where(Run.id == run.id).values(**RELEASED))
                 self._send_next(session, run, run.step)
                 log.info("%s was decided before the run parked; replaying", park.waiting_on)
-                return StepResult(Outcome.CONTINUE, run.id)
+                return StepResult(StepOutcome.CONTINUE, run.id)
             code, why = park.reason or (None, None)
             parked = session.execute(
                 update(Run)
@@ -418,9 +446,9 @@ class StepRunner:
             ).scalar_one_or_none()
             if parked is RunStatus.CANCELLED:
                 settle_actions_of_ended_txn(session, [run.id], "cancelled")
-            notify.dispatch_new_txn(session)  # a wait for a person may be worth telling
+            notifications.dispatch_new_txn(session)  # a wait for a person may be worth telling
         log.info("parked: %s on %s", parked or park.status, park.waiting_on)
-        return StepResult(Outcome.STOPPED, run.id)
+        return StepResult(StepOutcome.STOPPED, run.id)
 
     def _finish(
         self,
@@ -452,10 +480,10 @@ class StepRunner:
                 fanout.synthesis_finished_txn(session, run.id, status)
                 if run.batch_id:
                     fanout.child_finished_txn(session, run.batch_id)
-                notify.dispatch_new_txn(session)  # its notify_url's, and its batch's
+                notifications.dispatch_new_txn(session)  # its notify_url's, and its batch's
         log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
         if changed and status.is_terminal():
             instruments.RUNS_FINISHED.labels(run.agent, status.value, reason).inc()
         if not changed:
             log.warning("the status changed under this step; %s not recorded", status)
-        return StepResult(Outcome.STOPPED, run.id)
+        return StepResult(StepOutcome.STOPPED, run.id)

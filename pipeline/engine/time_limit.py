@@ -25,9 +25,11 @@ from sqlalchemy import text
 
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
-from pipeline.engine.step import Outcome, StepResult, execute_step
+from pipeline.engine import quarantine
+from pipeline.engine.step import StepOutcome, StepResult, execute_step
 from pipeline.errors import StepTimeUp
 from pipeline.logs import get_logger
+from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
 from pipeline.settings import STEP_GIVE_UP_SECONDS, Settings
 
 T = TypeVar("T")
@@ -36,18 +38,23 @@ log = get_logger("nightshift.engine")
 STUCK_AFTER_SECONDS = 1.0
 """Past the bound, how long a step may take to stop itself before it counts as stuck."""
 
+# Giving the step up is a failed attempt of it (pipeline/runs/failed_attempts.py): a step that
+# always overruns ends with reason time_limit once its agent's max_step_attempts are used.
 _GIVE_UP = text(
     """
     UPDATE runs
-       SET fence = fence + 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+       SET fence = fence + 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+           {failed}
      WHERE id = :run_id AND lease_owner = :owner AND status = 'running'
     RETURNING agent, step, batch_id
-    """
+    """.format(
+        failed=failed_attempt_sets(FailureKind.TIME_LIMIT, worker="lease_owner", fence="fence")
+    )
 )
 
 
-class Stuck(Exception):
-    """The work did not return in time."""
+class Stuck(StepTimeUp):
+    """The work did not return in time (stuck in a call that never reached a time check)."""
 
 
 def execute_bounded_step(
@@ -63,7 +70,8 @@ def execute_bounded_step(
             ),
             limit + STUCK_AFTER_SECONDS,
         )
-    except (StepTimeUp, Stuck) as exc:
+    except StepTimeUp as exc:  # Stuck too
+        quarantine.give_up(run_id, owner)
         handed_on = give_up(run_id, owner, settings.lease_seconds)
         what = "stuck in a call" if isinstance(exc, Stuck) else "stopped at a call"
         log.warning(
@@ -73,7 +81,7 @@ def execute_bounded_step(
             what,
             "handed to another attempt" if handed_on else "nothing left to give up",
         )
-        return StepResult(Outcome.TIME_UP, run_id)
+        return StepResult(StepOutcome.TIME_UP, run_id)
 
 
 def run_bounded(work: Callable[[], T], seconds: float) -> T:

@@ -1,6 +1,6 @@
 """Durable timers: a run that must check back later is parked with a wake-up time, holding no
 worker and no broker message; the tick wakes it. Never a long Celery countdown. The tool an
-agent calls is `pipeline.check_back_in` (pipeline/tools.py)."""
+agent calls is `pipeline.check_back_in` (pipeline/tools/timer.py)."""
 
 from __future__ import annotations
 

@@ -2,42 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import text
-
 import pipeline.instruments as instruments
-from pipeline.agent import Agent, Block
+from pipeline.agent_definition import Agent, Block
 from pipeline.crash import crash_point
-from pipeline.db import transaction
-from pipeline.engine import artifacts
+from pipeline.engine import action_rows as rows
+from pipeline.engine import artifacts, dispatch, drift, step_sql
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import TOOL_RETRY, perform, record_proposal
-from pipeline.engine.leases import Lease
-from pipeline.engine.once import JournalOnce
+from pipeline.engine.leases import Lease, fenced
+from pipeline.engine.once_journal import fenced_once
 from pipeline.engine.timers import await_timer
-from pipeline.errors import PermanentError, TemporaryError, redact_urls
+from pipeline.engine.versions import StepVersion
+from pipeline.errors import LeaseLost, PermanentError, TemporaryError
 from pipeline.logs import get_logger
 from pipeline.retry import call_with_retries
 from pipeline.settings import Settings
-from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput, once_scope
+from pipeline.tools import Tool, ToolContext, ToolOutput, once_scope
 
 log = get_logger("nightshift.tools")
-
-# Merge into state.artifacts without rewriting the rest of the run's state.
-_ADD_ARTIFACT_REF = text(
-    """
-    UPDATE runs
-       SET state = jsonb_set(state, '{artifacts}',
-                             coalesce(state->'artifacts', '{}'::jsonb) || CAST(:ref AS jsonb))
-     WHERE id = :run_id
-    """
-)
 
 
 @dataclass(frozen=True)
@@ -53,6 +41,17 @@ class ToolCall:
     """The reply's last call: its result is journaled with the step's checkpoint, in one
     transaction (a crash before that commit runs it again: a read-only tool is rerun, a side
     effect is found in its action's row)."""
+    replayed: bool = False
+    """Its model reply came from the journal: an earlier attempt of this step wrote it."""
+    version: StepVersion | None = None
+    """The agent version this step runs under (None: a caller outside a step)."""
+
+    @property
+    def drifted(self) -> bool:
+        """Written under an earlier agent version, or under one a person allowed since: what
+        it names may no longer be what this version has."""
+        changed = self.version is not None and (self.version.changed or self.version.allowed)
+        return self.replayed and changed
 
     @property
     def key(self) -> str:
@@ -71,6 +70,10 @@ def run_tool_call(
     tool = agent.tool(name)
     label = name if tool is not None else "(unknown)"  # the model may name any tool
     journaled = journal.replay(call.key, name)
+    if call.drifted and journaled is None:
+        drift.check_replayed_call(call, tool)
+    elif call.drifted:
+        drift.check_replayed_result(call, tool)
     if journaled is not None:
         log.info("%s replayed from the journal", name)
         instruments.TOOL_CALLS.labels(call.agent, label, "replayed").inc()
@@ -92,23 +95,31 @@ def _call(
 ) -> dict[str, Any]:
     name = call.block["name"]
     if tool is None:
-        return _record(call, journal, settings, error=f"unknown tool {name!r}")
-    problems = tool.argument_errors(call.block.get("input"))
-    if problems:
-        return _record(call, journal, settings, error="invalid arguments: " + "; ".join(problems))
+        unknown = drift.removed(call) if call.drifted else dispatch.unknown_tool(name)
+        return _record(call, journal, settings, error=unknown)
+    invalid = dispatch.invalid_arguments(tool, call.block.get("input"))
+    if invalid and not (call.drifted and _has_action(call, tool)):
+        return _record(call, journal, settings, error=invalid)
     if tool.wake_time is not None:
         await_timer(tool, call.block, call.lease, call.step, journal)
-    context = ToolContext(
-        call.run_id, call.agent, call.block["id"], settings, call.run_input, keep_going=keep_going
+    context = replace(
+        dispatch.context_for(call.run_id, call.agent, call.block, settings, call.run_input),
+        keep_going=keep_going,
     )
     try:
-        with once_scope(JournalOnce(call.lease, journal, call.step)):
+        with once_scope(fenced_once(call.lease, journal, call.step)):
             output = _execute(tool, call, context)
     except (PermanentError, TemporaryError) as exc:
-        error = _scrub(settings, f"{name} failed: {exc}")
+        error = dispatch.failure(settings, name, exc)
         log.warning("tool %s", error)
         return _record(call, journal, settings, error=error)
     return _record(call, journal, settings, output=output)
+
+
+def _has_action(call: ToolCall, tool: Tool) -> bool:
+    """An earlier release recorded this call's action: it is settled through that one, with
+    its recorded arguments, whatever this release's schema says of them."""
+    return tool.has_side_effects and rows.of_call(call.lease, call.block["id"]) is not None
 
 
 def record_proposals(
@@ -119,27 +130,25 @@ def record_proposals(
 
     for call in calls:
         tool = agent.tool(call.block["name"])
-        if tool is None or not tool.requires_approval or tool.side_effect is None:
+        if tool is None or not dispatch.awaits_approval(tool):
             continue
         if journal.replay(call.key, tool.name) is not None:
             continue
-        if tool.argument_errors(call.block.get("input")):
+        if dispatch.invalid_arguments(tool, call.block.get("input")):
             continue
-        context = ToolContext(call.run_id, call.agent, call.block["id"], settings, call.run_input)
+        context = dispatch.context_for(
+            call.run_id, call.agent, call.block, settings, call.run_input
+        )
         record_proposal(tool, call, context)
 
 
 def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
     if tool.has_side_effects:
         return perform(tool, call, context)
-    if tool.requires_approval:
-        # Defence in depth (tools.py refuses this at definition time): only the action protocol
-        # records an approval and waits for it, so without a side effect nothing would.
+    refused = dispatch.unrunnable(tool)
+    if refused is not None:
         log.error("tool %s requires approval but declares no side effect; not run", tool.name)
-        raise PermanentError(
-            f"{tool.name} requires approval but declares no side effect, so no approval could "
-            "be recorded; it was not run"
-        )
+        raise refused
     return call_with_retries(
         lambda: tool.run(call.block["input"], context), TOOL_RETRY, before_retry=context.keep_going
     )
@@ -154,44 +163,30 @@ def _record(
     error: str | None = None,
 ) -> dict[str, Any]:
     """Journal the result (an artifact if large) and count the tool call, in one fenced write."""
-    artifact: tuple[dict[str, Any], str] | None = None
-    if error is not None:
-        content = _scrub(settings, error)
-    elif isinstance(output, ArtifactRequest):
-        ref = artifacts.write_file(settings.artifact_dir, call.run_id, output.name, output.content)
-        artifact = (ref, output.media_type)
-        content = json.dumps({"artifact": ref})
-    else:
-        content = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
-        content = settings.config.redact(content)
-        if len(content.encode()) > settings.artifact_threshold_bytes:
-            name = call.block["name"]
-            ref = artifacts.write_file(settings.artifact_dir, call.run_id, name, content)
-            artifact = (ref, "application/json")
-            content = artifacts.preview(content, ref)
-    payload = {
-        "tool_use_id": call.block["id"],
-        "name": call.block["name"],
-        "content": content,
-        "is_error": error is not None,
-    }
-    if call.last and artifact is None:
-        journal.defer(call.key, call.step, call.block["name"], payload)
-        return payload
-    with transaction() as session:
-        journal.append_fenced_txn(
-            session, call.lease, call.key, call.step, call.block["name"], payload
-        )
-        if artifact is not None:
-            ref, media_type = artifact
-            artifacts.record_txn(session, call.run_id, ref, media_type)
-            session.execute(
-                _ADD_ARTIFACT_REF, {"run_id": call.run_id, "ref": json.dumps({ref["name"]: ref})}
+    artifact: artifacts.Pending | None = None
+    if error is None:
+        try:
+            content, artifact = dispatch.result_content(
+                call.run_id, call.block["name"], output, settings, artifacts.next_id
             )
+        except artifacts.ArtifactTooLarge as exc:
+            error = f"{call.block['name']}: {exc}"
+            log.warning("tool %s", error)
+    if error is not None:
+        content = dispatch.scrub(settings, error)
+    payload = dispatch.result_payload(call.block, content, is_error=error is not None)
+    name, lease = call.block["name"], call.lease
+    if artifact is not None:  # the artifact and its entry in one fenced transaction
+        with fenced(lease) as session:
+            journal.append_txn(session, call.key, call.step, name, payload)
+            artifacts.store_txn(session, artifact)
+            crash_point("before_artifact_committed")
+    elif call.last:
+        journal.defer(call.key, call.step, name, payload)
+        return payload
+    elif step_sql.journal_entry(lease.run_id, lease.fence, call.key, call.step, name, payload):
+        journal.remember(call.key, call.step, name, payload)
+    else:
+        raise LeaseLost(f"run {lease.run_id}: fence {lease.fence} is no longer current")
     crash_point("after_tool_journaled")
     return payload
-
-
-def _scrub(settings: Settings, error: str) -> str:
-    """A tool's own error may name a URL with its token, or a secret setting's value."""
-    return settings.config.redact(redact_urls(error))

@@ -7,6 +7,10 @@ from typing import Any
 
 from pipeline.prices import PriceTable
 
+SCRIPTED_MODEL = "scripted"
+"""The model name of an agent's own script (no API key): its tokens are estimates and it
+costs nothing, so it never spends a money budget."""
+
 COUNTERS = (
     "input_tokens",
     "output_tokens",
@@ -41,7 +45,9 @@ class Usage:
             output_tokens=_count(usage.get("output_tokens")),
             cache_creation_input_tokens=_count(usage.get("cache_creation_input_tokens")),
             cache_read_input_tokens=_count(usage.get("cache_read_input_tokens")),
-            cost_usd=prices.price_for(reply.get("model")).cost_usd(usage),
+            cost_usd=0.0
+            if reply.get("model") == SCRIPTED_MODEL
+            else prices.price_for(reply.get("model")).cost_usd(usage),
         )
 
     def __add__(self, other: Usage) -> Usage:

@@ -1,2 +1,2 @@
 """The record's operations: start, fan-out, waits, cancellation, decisions, events, the tick,
-schedules, retention."""
+schedules, retention (redaction, then deletion), expiry."""

@@ -12,7 +12,7 @@ from models import Batch, BatchStatus, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound
 from pipeline.logs import get_logger
-from pipeline.runs.notify import dispatch_new_txn
+from pipeline.runs.notifications import dispatch_new_txn
 from pipeline.runs.obligations import settle_actions_of_ended_txn
 
 log = get_logger("nightshift.cancel")

@@ -8,6 +8,7 @@ its own clock (`now() + interval`): the run's deadline never depends on the call
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -17,7 +18,9 @@ Deadline = datetime | timedelta
 """An instant (timezone-aware), or how long from the moment the run is created."""
 
 MAX_DEADLINE = timedelta(days=366)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+_SOONEST = timedelta(microseconds=1)
+"""A positive deadline smaller than timedelta can hold still lies ahead (by this much)."""
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _FORMS = "seconds, a duration like 90s, 15m, 2h or 1d, or an ISO-8601 time with a timezone"
 
@@ -54,7 +57,7 @@ def _seconds(amount: float, what: str) -> timedelta:
         raise InvalidInput(f"{what} is more than {MAX_DEADLINE.days} days away")
     if amount <= 0:
         raise InvalidInput(f"{what} must be in the future (got {amount:g} s)")
-    return timedelta(seconds=amount)
+    return max(timedelta(seconds=amount), _SOONEST)
 
 
 def _relative(after: timedelta, what: str) -> timedelta:
@@ -74,3 +77,21 @@ def _absolute(instant: datetime, what: str) -> datetime:
     if instant - now > MAX_DEADLINE:
         raise InvalidInput(f"{what} is more than {MAX_DEADLINE.days} days away")
     return instant
+
+
+def duration_pattern() -> str:
+    """The durations a schema can promise parse_deadline takes, as a regular expression (the
+    API's OpenAPI document declares it): positive, and with so few whole digits for their unit
+    that they stay within MAX_DEADLINE (up to 9999999 s, 99999 m, 999 h or 99 d). It leaves
+    out some that parse_deadline takes too: up to 366 days of any unit, and spaces."""
+    forms = []
+    for unit, seconds in _UNITS.items():
+        if not unit:
+            continue  # a bare number counts seconds: `s` is optional below
+        digits = int(math.log10(MAX_DEADLINE.total_seconds() / seconds))
+        # A whole number, or a fraction with a digit other than 0 in its first six places
+        # (a float can hold it; one with hundreds of zeros would read as 0).
+        positive = f"(?:0*[1-9][0-9]{{0,{digits - 1}}}(?:\\.[0-9]+)?|0+\\.0{{0,5}}[1-9][0-9]*)"
+        optional = "?" if seconds == _UNITS[""] else ""
+        forms.append(f"{positive}[{unit}{unit.upper()}]{optional}")
+    return f"^(?:{'|'.join(forms)})$"

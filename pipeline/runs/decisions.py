@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from models import Action, ActionAudit, ActionState, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.errors import NightshiftError, StatusConflict, UnknownAction
+from pipeline.errors import Refused, StatusConflict, UnknownAction
 from pipeline.logs import get_logger
 from pipeline.runs.waits import wake_for_action_txn
 
@@ -32,8 +32,21 @@ class DecisionConflict(StatusConflict):
     """A different decision was already made for this action."""
 
 
-class NotAnApprover(NightshiftError):
+class NotAnApprover(Refused):
     """This person is not among the action's approvers."""
+
+
+def not_an_approver(
+    key: str, by: str, approvers: list[str] | tuple[str, ...] | None
+) -> NotAnApprover | None:
+    """The refusal of `by`'s decision on an action with these approvers (none: anyone)."""
+    if by in (approvers or [by]):
+        return None
+    # Never say who may: that tells a stranger whose credential to go after.
+    return NotAnApprover(
+        f"{by!r} is not among the approvers of action {key!r} (the tool's approvers, or "
+        "NIGHTSHIFT_APPROVERS_<TOOL> on the workers, say who is)"
+    )
 
 
 @dataclass(frozen=True)
@@ -235,12 +248,9 @@ def _repeat_or_refuse(
             f"action {key!r} belongs to run {row.run_id}, whose deadline passed at "
             f"{run.deadline.isoformat()}: nothing would carry out a decision now"
         )
-    if undecided and row.state == required and by not in (row.approvers or [by]):
-        # Never say who may: that tells a stranger whose credential to go after.
-        raise NotAnApprover(
-            f"{by!r} is not among the approvers of action {key!r} (the tool's approvers, or "
-            "NIGHTSHIFT_APPROVERS_<TOOL> on the workers, say who is)"
-        )
+    refused = not_an_approver(key, by, row.approvers) if undecided else None
+    if refused is not None and row.state == required:
+        raise refused
     if row.decision == decision.value:
         return DecisionResult(key, decision, row.decided_by or "", False, row.state, row.run_id)
     if row.decision is not None:

@@ -1,15 +1,22 @@
-"""Deadlines of parked runs: a run waiting on an approval, a timer or a person holds no worker,
-so no step would ever see its deadline pass. The tick ends such runs with reason `deadline`
-and withdraws their pending approvals, in one transaction, so a later approval is refused."""
+"""Parked runs that nothing will end: a run waiting on an approval, a timer or a person holds
+no worker, so no step would ever see its deadline pass. The tick ends such runs with reason
+`deadline`, and a run parked with no deadline for longer than the maximum wait
+(NIGHTSHIFT_MAX_WAIT_DAYS, default 30) with reason `expired`, whatever it waits on (a timer
+further off than that ends it at the maximum wait, not at the timer), and withdraws their
+pending approvals, in one transaction, so a later approval is refused. A run waiting out a
+model provider outage ends `model_unavailable` at the outage's horizon (its wake_at)."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from models import Run, RunStatus
+from pipeline.keys import MODEL_WAIT_PREFIX
 from pipeline.logs import get_logger
 from pipeline.runs import fanout
 from pipeline.runs.obligations import settle_actions_of_ended_txn
@@ -17,24 +24,81 @@ from pipeline.runs.obligations import settle_actions_of_ended_txn
 log = get_logger("nightshift.expiry")
 
 REASON = "deadline"
+MODEL_REASON = "model_unavailable"
+EXPIRED = "expired"
+"""The stop reason of a run that waited longer than the maximum wait with no deadline."""
 
 
 def expire_parked_txn(session: Session, limit: int) -> list[uuid.UUID]:
     """End the parked runs whose deadline has passed; returns their ids."""
+    due = select(Run.id).where(Run.deadline <= func.now()).order_by(Run.deadline)
+    error = func.concat("the run's deadline passed while it waited on ", Run.waiting_on)
+    ids = _end_parked_txn(session, due, limit, REASON, error)
+    if ids:
+        log.info("ended %d waiting run(s) past their deadline", len(ids))
+    return ids
+
+
+def expire_abandoned_txn(session: Session, max_wait: timedelta, limit: int) -> list[uuid.UUID]:
+    """End the runs parked longer than `max_wait` with no deadline (an approval nobody gives, a
+    person nobody finds, a timer set months ahead); returns their ids. A timer due sooner
+    wakes its run first: a run parks again (and counts afresh) only by running a step."""
     due = (
         select(Run.id)
-        .where(Run.status.in_(RunStatus.parked()), Run.deadline <= func.now())
-        .order_by(Run.deadline)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+        .where(Run.deadline.is_(None), Run.updated_at <= func.now() - max_wait)
+        .order_by(Run.updated_at)
+    )
+    error = func.concat(
+        "the run waited on ", Run.waiting_on, f" for longer than {max_wait.days} days "
+        "(NIGHTSHIFT_MAX_WAIT_DAYS) with no deadline", _timer_note(),
+    )  # fmt: skip
+    ids = _end_parked_txn(session, due, limit, EXPIRED, error)
+    if ids:
+        log.info("ended %d run(s) parked past the maximum wait", len(ids))
+    return ids
+
+
+def _timer_note() -> Any:
+    """`; its timer was set for <when> UTC` for a run that waited on a timer, else nothing."""
+    when = func.to_char(func.timezone("UTC", Run.wake_at), 'YYYY-MM-DD HH24:MI "UTC"')
+    return case((Run.wake_at.is_not(None), func.concat("; its timer was set for ", when)), else_="")
+
+
+def expire_model_waits_txn(session: Session, limit: int) -> list[uuid.UUID]:
+    """End the runs that waited on a model provider past the outage horizon (a wait on the model
+    keeps that instant in wake_at; the outages' probe and pacing wake it sooner)."""
+    due = (
+        select(Run.id)
+        .where(
+            Run.status == RunStatus.WAITING,
+            Run.waiting_on.startswith(MODEL_WAIT_PREFIX, autoescape=True),
+            Run.wake_at <= func.now(),
+        )
+        .order_by(Run.wake_at)
+    )
+    error = func.concat(
+        "the model provider stayed unavailable past NIGHTSHIFT_MODEL_OUTAGE_HORIZON_SECONDS: ",
+        Run.error,
+    )
+    ids = _end_parked_txn(session, due, limit, MODEL_REASON, error)
+    if ids:
+        log.info("ended %d run(s) that waited on the model past the outage horizon", len(ids))
+    return ids
+
+
+def _end_parked_txn(
+    session: Session, due: Any, limit: int, reason: str, error: Any
+) -> list[uuid.UUID]:
+    locked = (
+        due.where(Run.status.in_(RunStatus.parked())).limit(limit).with_for_update(skip_locked=True)
     )
     expired = session.execute(
         update(Run)
-        .where(Run.id.in_(due.scalar_subquery()), Run.status.in_(RunStatus.parked()))
+        .where(Run.id.in_(locked.scalar_subquery()), Run.status.in_(RunStatus.parked()))
         .values(
             status=RunStatus.FAILED,
-            stop_reason=REASON,
-            error=func.concat("the run's deadline passed while it waited on ", Run.waiting_on),
+            stop_reason=reason,
+            error=error,
             finished_at=func.now(),
             wake_at=None,
             updated_at=func.now(),
@@ -44,10 +108,9 @@ def expire_parked_txn(session: Session, limit: int) -> list[uuid.UUID]:
     if not expired:
         return []
     ids = [row.id for row in expired]
-    settle_actions_of_ended_txn(session, ids, REASON)
+    settle_actions_of_ended_txn(session, ids, reason)
     for run_id in ids:  # a batch's synthesis ends its batch
         fanout.synthesis_finished_txn(session, run_id, RunStatus.FAILED)
     for batch_id in sorted({row.batch_id for row in expired if row.batch_id}):
         fanout.child_finished_txn(session, batch_id)
-    log.info("ended %d waiting run(s) past their deadline", len(ids))
     return ids

@@ -1,10 +1,12 @@
 """Batches: one child run per item, and a synthesis run that starts exactly once, when every
-child is terminal (a durable join in Postgres, keyed `<batch>:synthesis`)."""
+child is terminal (a durable join in Postgres, keyed `<batch>:synthesis`). A batch stopped by a
+cap (its own or the night's) gets one too, partial: its input says why the batch stopped and
+which children it stopped (`stopped`), beside the outcomes of every child. A batch stopped by a
+person or replaced by a newer slot gets none."""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,22 +15,19 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from models import Batch, BatchStatus, Run, RunStatus, table_of
-from pipeline.agent import BatchPlan
+from pipeline.agent_definition import BatchPlan
 from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
-from pipeline.runs.notify import check_notify_url
-from pipeline.runs.start import create_run_txn
+from pipeline.runs.notifications import check_notify_url
+from pipeline.runs.start import create_run_txn, create_runs_txn, new_run
 
 log = get_logger("nightshift.fanout")
 _TERMINAL = RunStatus.terminal()
 
-
-@dataclass(frozen=True)
-class CreatedBatch:
-    batch_id: str
-    child_ids: list[uuid.UUID]
-    created: bool
-    """False when the batch id already existed (the same slot fired twice): nothing started."""
+BATCH_CAP, NIGHTLY_CAP = "budget", "nightly_budget"
+"""The stop reasons of a batch that a cap stopped (engine/budgets.py): the ones that still end
+with a partial synthesis."""
+CAP_STOPS = (BATCH_CAP, NIGHTLY_CAP)
 
 
 def create_batch_txn(
@@ -37,10 +36,11 @@ def create_batch_txn(
     *,
     deadline: datetime | None = None,
     notify_url: str | None = None,
-) -> CreatedBatch:
+) -> list[uuid.UUID]:
     """Create the batch and its children once; the children start after the commit. Every
     run of the batch, the synthesis too, must be finished by `deadline`; `notify_url` hears
-    when the batch ends and when any of its runs waits for a person."""
+    when the batch ends and when any of its runs waits for a person. Returns the children's
+    run ids: none when the batch id already existed (the same slot fired twice)."""
     inserted = session.execute(
         insert(Batch)
         .values(
@@ -57,20 +57,24 @@ def create_batch_txn(
         .returning(Batch.id)
     ).scalar_one_or_none()
     if inserted is None:
-        return CreatedBatch(plan.batch_id, [], created=False)
-    children = [
-        create_run_txn(
-            session,
-            plan.child_agent,
-            child_input,
-            child_key(plan.batch_id, index),
-            batch_id=plan.batch_id,
-            deadline=deadline,
-        ).run_id
-        for index, child_input in enumerate(plan.child_inputs)
-    ]
+        return []
+    # One INSERT for all the children (a night may have ten thousand): the workers get none
+    # of them before this transaction commits.
+    children = create_runs_txn(
+        session,
+        [
+            new_run(
+                plan.child_agent,
+                child_input,
+                child_key(plan.batch_id, index),
+                batch_id=plan.batch_id,
+                deadline=deadline,
+            )
+            for index, child_input in enumerate(plan.child_inputs)
+        ],
+    )
     log.info("batch %s: %d children of %s", plan.batch_id, len(children), plan.child_agent)
-    return CreatedBatch(plan.batch_id, children, created=True)
+    return children
 
 
 def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
@@ -85,7 +89,10 @@ def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
     # would each wait for the other's KEY SHARE lock: a deadlock.
     locked = select(Batch).where(Batch.id == batch_id).with_for_update(key_share=True)
     batch = session.scalar(locked)
-    if batch is None or batch.synthesis_run_id is not None or batch.status.is_terminal():
+    if batch is None or batch.synthesis_run_id is not None:
+        return None
+    stopped = batch.status is BatchStatus.STOPPED and batch.stop_reason in CAP_STOPS
+    if batch.status.is_terminal() and not stopped:
         return None
     unfinished = session.scalar(
         select(func.count()).where(
@@ -95,22 +102,39 @@ def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
     if unfinished:
         return None
     outcomes = _child_outcomes(session, batch_id)
+    synthesis_input: dict[str, Any] = {"batch": batch_id, "children": outcomes}
+    if stopped:  # a partial synthesis of the children that finished, saying what stopped
+        synthesis_input["stopped"] = _stopped_part(batch, outcomes)
     started = create_run_txn(
         session,
         batch.params["synthesis_agent"],
-        {"batch": batch_id, "children": outcomes},
+        synthesis_input,
         synthesis_key(batch_id),
         deadline=batch.deadline,
+        caller=False,  # as large as the batch: not held to a request's size limit
     )
+    # A stopped batch stays stopped (its reason kept); its synthesis still runs once.
+    status = BatchStatus.STOPPED if stopped else BatchStatus.SYNTHESIZING
     session.execute(
         update(Batch)
         .where(Batch.id == batch_id)
-        .values(synthesis_run_id=started.run_id, status=BatchStatus.SYNTHESIZING)
+        .values(synthesis_run_id=started.run_id, status=status)
     )
     failed = [o["item"] for o in outcomes if o["status"] != RunStatus.SUCCEEDED.value]
     log.info("batch %s: every child is done (%d failed); synthesis %s", batch_id, len(failed),
              started.run_id)  # fmt: skip
     return started.run_id if started.created else None
+
+
+def _stopped_part(batch: Batch, outcomes: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a partial synthesis is told: why the batch stopped and which children it stopped."""
+    reason = batch.stop_reason or "stopped"
+    return {
+        "reason": reason,
+        "finished": sum(1 for o in outcomes if o["status"] == RunStatus.SUCCEEDED.value),
+        "stopped": [o["item"] for o in outcomes if o["reason"] == reason],
+        "why": next((o["error"] for o in outcomes if o["reason"] == reason and o["error"]), None),
+    }
 
 
 def _child_outcomes(session: Session, batch_id: str) -> list[dict[str, Any]]:
@@ -155,7 +179,8 @@ def ready_batches_txn(session: Session) -> list[uuid.UUID]:
     (cancelled while waiting, say)."""
     candidates = session.scalars(
         select(Batch.id).where(
-            Batch.status == BatchStatus.RUNNING,
+            (Batch.status == BatchStatus.RUNNING)
+            | ((Batch.status == BatchStatus.STOPPED) & Batch.stop_reason.in_(CAP_STOPS)),
             Batch.synthesis_run_id.is_(None),
             ~select(Run.id)
             .where(Run.batch_id == Batch.id, Run.status.not_in(RunStatus.terminal()))

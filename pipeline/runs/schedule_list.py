@@ -27,18 +27,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+from sqlalchemy import func
+from sqlalchemy.dialects.postgresql import insert
+
 from beat_schedule import SCHEDULES
-from pipeline.errors import NightshiftError
+from models import BeatSchedules
+from pipeline.db import transaction
+from pipeline.errors import UnknownSchedule
 from pipeline.settings import get_settings
 from pipeline.slots import Schedule, ScheduleError
 
 SCHEDULES_FILE_ENV = "NIGHTSHIFT_SCHEDULES_FILE"
-
-
-class UnknownSchedule(NightshiftError):
-    """No schedule has that name."""
 
 
 def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
@@ -65,8 +68,43 @@ def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
     return tuple(merged.values())
 
 
+@dataclass(frozen=True)
+class ActiveSchedules:
+    """The schedules that fire, and where they come from."""
+
+    schedules: tuple[Schedule, ...]
+    stored_by: str | None
+    """The beat that stored them (host and pid), or None: this process's own."""
+    stored_at: datetime | None
+
+
+def store_for_beat(schedules: tuple[Schedule, ...], stored_by: str) -> None:
+    """Beat, at start: the definitions it fires by become the ones every worker checks and
+    every `schedules list` shows, whether or not those processes have the schedules file."""
+    definitions = [schedule.to_json() for schedule in schedules]
+    row = {"id": 1, "definitions": definitions, "stored_by": stored_by}
+    upsert = insert(BeatSchedules).values(row)
+    upsert = upsert.on_conflict_do_update(
+        index_elements=[BeatSchedules.id],
+        set_={"definitions": definitions, "stored_by": stored_by, "stored_at": func.now()},
+    )
+    with transaction() as session:
+        session.execute(upsert)
+
+
+def active_schedules() -> ActiveSchedules:
+    """What fires: the definitions beat stored when it started; before any beat did, this
+    process's own (the shipped schedules and its schedules file)."""
+    with transaction() as session:
+        row = session.get(BeatSchedules, 1)
+        if row is None:
+            return ActiveSchedules(load_schedules(), None, None)
+        stored = tuple(Schedule.from_json(entry) for entry in row.definitions)
+        return ActiveSchedules(stored, row.stored_by, row.stored_at)
+
+
 def find_schedule(name: str, schedules: Iterable[Schedule] | None = None) -> Schedule:
-    known = {s.name: s for s in (load_schedules() if schedules is None else schedules)}
+    known = {s.name: s for s in (active_schedules().schedules if schedules is None else schedules)}
     try:
         return known[name]
     except KeyError:

@@ -20,14 +20,14 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from models import Batch, BatchStatus, FireDecision, Run, RunStatus, ScheduleFire
-from pipeline.agent import BatchPlan, Slot
+from pipeline.agent_definition import BatchPlan, Slot
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError
 from pipeline.keys import slot_key
 from pipeline.registry import get_agent
 from pipeline.runs.cancel import cancel_batch_txn, cancel_run_txn
 from pipeline.runs.fanout import create_batch_txn
-from pipeline.runs.schedule_list import find_schedule, load_schedules
+from pipeline.runs.schedule_list import active_schedules, find_schedule
 from pipeline.runs.start import create_run_txn
 from pipeline.slots import (
     Missed,
@@ -51,14 +51,14 @@ unrecorded slot is missed (the missed policy decides)."""
 
 
 @dataclass(frozen=True)
-class Started:
+class StartedJob:
     """What a slot's job started, inside the slot's transaction."""
 
     run_id: uuid.UUID | None = None
     batch_id: str | None = None
 
 
-def start_job_txn(session: Session, schedule: Schedule, slot: datetime) -> Started:
+def start_job_txn(session: Session, schedule: Schedule, slot: datetime) -> StartedJob:
     """Ask the schedule's agent what the slot starts (one run, or a batch), and create it."""
     agent = get_agent(schedule.agent)
     context = Slot(
@@ -74,11 +74,11 @@ def start_job_txn(session: Session, schedule: Schedule, slot: datetime) -> Start
     notify_url = schedule.notify_url
     if isinstance(plan, BatchPlan):
         create_batch_txn(session, plan, deadline=deadline, notify_url=notify_url)
-        return Started(batch_id=plan.batch_id)
+        return StartedJob(batch_id=plan.batch_id)
     started = create_run_txn(
         session, agent.name, plan.input, context.key, deadline=deadline, notify_url=notify_url
     )
-    return Started(run_id=started.run_id)
+    return StartedJob(run_id=started.run_id)
 
 
 # -- decisions ------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def check_schedules(*, now: datetime, schedules: Iterable[Schedule] | None = Non
     """One check of every schedule; a schedule that fails is logged and retried next time."""
     decisions: list[Decision] = []
     errors: dict[str, str] = {}
-    for schedule in load_schedules() if schedules is None else schedules:
+    for schedule in active_schedules().schedules if schedules is None else schedules:
         try:
             decisions += check_schedule(schedule, now=now)
         except NightshiftError as exc:

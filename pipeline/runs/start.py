@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -14,18 +15,18 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from models import Run
+from models import Run, table_of
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
-from pipeline.errors import InputTooLarge, InvalidInput, NightshiftError, NoModel
+from pipeline.errors import Conflict, InputTooLarge, InvalidInput, NoModel
 from pipeline.keys import check_key
-from pipeline.registry import get_agent
+from pipeline.registry import agent_version, get_agent
 from pipeline.runs.deadlines import Deadline
-from pipeline.runs.notify import check_notify_url
+from pipeline.runs.notifications import check_notify_url
 from pipeline.settings import get_settings
 
 
-class IdempotencyConflict(NightshiftError):
+class IdempotencyConflict(Conflict):
     """This idempotency key already started a run with a different request."""
 
 
@@ -44,8 +45,13 @@ def code_version() -> str:
         return "dev"
 
 
-def validate_input(agent_name: str, run_input: object) -> dict[str, Any]:
-    """The run's input, if the agent exists, can run here and accepts it; else a clear error."""
+def validate_input(agent_name: str, run_input: object, *, caller: bool = True) -> dict[str, Any]:
+    """The run's input, if the agent exists, can run here and accepts it; else a clear error.
+
+    A `caller`'s input (a request, an event, a job's plan) is held to NIGHTSHIFT_MAX_INPUT_BYTES;
+    one the runtime writes from its own records (a synthesis's: every child's outcome, as large
+    as the batch) only to the agent's schema.
+    """
     agent = get_agent(agent_name)
     settings = get_settings()
     if agent.script is None and not settings.anthropic_api_key:
@@ -60,7 +66,7 @@ def validate_input(agent_name: str, run_input: object) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"input for agent {agent_name!r} is not JSON: {exc}") from None
     limit = settings.max_input_bytes
-    if size > limit:
+    if caller and size > limit:
         raise InputTooLarge(
             f"input for agent {agent_name!r} is {size} bytes; the limit is {limit} "
             "(NIGHTSHIFT_MAX_INPUT_BYTES)"
@@ -71,8 +77,7 @@ def validate_input(agent_name: str, run_input: object) -> dict[str, Any]:
     return run_input
 
 
-def create_run_txn(
-    session: Session,
+def new_run(
     agent_name: str,
     run_input: object,
     idempotency_key: str | None = None,
@@ -81,17 +86,15 @@ def create_run_txn(
     batch_id: str | None = None,
     deadline: Deadline | None = None,
     notify_url: str | None = None,
-) -> StartedRun:
-    """Create the run unless the key already names one; raise on a different request.
-
-    A run created here has its first step sent once the caller's transaction commits. A
-    repeated key returns the first run as it was started: its deadline is not moved.
-    """
-    checked = validate_input(agent_name, run_input)
+    caller: bool = True,
+) -> dict[str, Any]:
+    """A new run's row, once its request is checked (a clear error if it is not right)."""
+    checked = validate_input(agent_name, run_input, caller=caller)
     if idempotency_key is not None:
         check_key(idempotency_key)
     agent = get_agent(agent_name)
-    values = {
+    version = agent_version(agent_name)
+    return {
         "id": uuid.uuid4(),
         "agent": agent_name,
         "input": checked,
@@ -104,7 +107,33 @@ def create_run_txn(
         "state": {},
         "code_version": code_version(),
         "prompt_version": agent.prompt_version,
+        "agent_version": version,
+        "running_version": version,
     }
+
+
+def create_run_txn(
+    session: Session,
+    agent_name: str,
+    run_input: object,
+    idempotency_key: str | None = None,
+    *,
+    parent_id: uuid.UUID | None = None,
+    batch_id: str | None = None,
+    deadline: Deadline | None = None,
+    notify_url: str | None = None,
+    caller: bool = True,
+) -> StartedRun:
+    """Create the run unless the key already names one; raise on a different request.
+
+    A run created here has its first step sent once the caller's transaction commits. A
+    repeated key returns the first run as it was started: its deadline is not moved.
+    `caller`: see validate_input.
+    """
+    values = new_run(
+        agent_name, run_input, idempotency_key, parent_id=parent_id, batch_id=batch_id,
+        deadline=deadline, notify_url=notify_url, caller=caller,
+    )  # fmt: skip
     statement = insert(Run).values(**values)
     if idempotency_key is not None:
         statement = statement.on_conflict_do_nothing(index_elements=["idempotency_key"])
@@ -115,12 +144,23 @@ def create_run_txn(
     existing = session.execute(
         select(Run.id, Run.agent, Run.input).where(Run.idempotency_key == idempotency_key)
     ).one()
-    if existing.agent != agent_name or existing.input != checked:
+    if existing.agent != agent_name or existing.input != values["input"]:
         raise IdempotencyConflict(
             f"idempotency key {idempotency_key!r} already started run {existing.id} "
             "with a different agent or input"
         )
     return StartedRun(existing.id, created=False)
+
+
+def create_runs_txn(session: Session, rows: Sequence[dict[str, Any]]) -> list[uuid.UUID]:
+    """Create new runs (rows from new_run) in one statement, sending each one's first step once
+    the caller's transaction commits: a batch's children, thousands at a time. A key that
+    already names a run is an error here (a new batch's children's keys cannot)."""
+    if rows:
+        session.execute(insert(table_of(Run)), list(rows))
+    for row in rows:
+        send_step_after_commit(session, row["id"], agent=row["agent"], batch=row["batch_id"])
+    return [row["id"] for row in rows]
 
 
 def _deadline_value(deadline: Deadline | None) -> datetime | ColumnElement[datetime] | None:

@@ -36,6 +36,27 @@ def summarize(key: str, payload: dict[str, Any]) -> str:
     return str(payload.get("text", ""))[:90]
 
 
+def outline(key: str, step_name: str, payload: dict[str, Any]) -> str:
+    """A journal entry's line without any text the run carried (what the model wrote, the
+    arguments it asked with, what a tool returned): what retention keeps of it."""
+    if payload.get("outline"):  # already outlined
+        return str(payload.get("summary", ""))
+    if payload.get("compacted"):  # compacted before outlines: its summary quoted the text
+        return step_name
+    kind = entry_kind(key)
+    if kind is EntryKind.MODEL:
+        content = payload.get("content", [])
+        asked = [block["name"] for block in content if block["type"] == "tool_use"]
+        usage = payload.get("usage", {})
+        tokens = f"[{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tok]"
+        return f"model {tokens}" + (f"; asks {', '.join(asked)}" if asked else "")
+    if kind is EntryKind.TOOL:
+        return f"{payload.get('name')} -> {'error' if payload.get('is_error') else 'ok'}"
+    if kind in (EntryKind.TIMER, EntryKind.CUT):
+        return summarize(key, payload)  # times and token counts only
+    return step_name  # a note or a once(): its text is the run's
+
+
 def describe(key: str, payload: dict[str, Any]) -> str:
     """All of a journal entry a person can read, newlines kept: what the model wrote and the
     arguments it asked with, or the tool's whole result (the timeline's expanded entry)."""

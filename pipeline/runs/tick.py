@@ -1,23 +1,29 @@
 """The tick: find runs that should be moving and are not, and hand them to a worker.
 
 Runs whose worker died (lease expired), runs left without a message (a crash between the
-checkpoint's commit and the enqueue) and waiting runs whose timer is due; and waiting runs
-whose deadline passed, which it ends.
+checkpoint's commit and the enqueue), waiting runs whose timer is due, the probe of a model
+provider that is down and, paced, the runs that waited for it; and waiting runs whose deadline
+passed, that waited past the maximum wait with no deadline, or past a model outage's horizon,
+which it ends.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from sqlalchemy import text
 
-from pipeline.app import send_step_after_commit
+from pipeline.app import oldest_queued_run, send_step_after_commit
 from pipeline.db import transaction
 from pipeline.logs import get_logger
+from pipeline.reachability import BROKER
 from pipeline.runs import fanout
-from pipeline.runs.expiry import expire_parked_txn
-from pipeline.runs.notify import dispatch_due_txn
+from pipeline.runs.expiry import expire_abandoned_txn, expire_model_waits_txn, expire_parked_txn
+from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
+from pipeline.runs.notifications import dispatch_due_txn
+from pipeline.runs.outages import tend_outages_txn
 from pipeline.runs.waits import wake_due_timers_txn, wake_settled_txn
 from pipeline.settings import Settings, get_settings
 
@@ -25,8 +31,13 @@ log = get_logger("nightshift.tick")
 
 # Orphans: running, and either the lease expired or there is none and nothing happened for a
 # while (a step hands off by clearing its lease; a message normally claims within the grace).
+# A run with no lease is re-sent only if it was handed off before the oldest step message
+# still queued (:queued, its run): the queue is first in, first out, so a message sent before
+# that one was taken already; one sent after may still wait behind a night's backlog, and
+# re-sending it would only add a duplicate to the backlog.
 # Each orphan also opens a `resumptions` row (at most one open per run), recording when the
 # run stopped moving; the claim that picks it up closes the row (pipeline/engine/leases.py).
+# An expired lease is also a failed attempt of the run's step (pipeline/runs/failed_attempts.py).
 _ORPHANS = text(
     """
     WITH picked AS (
@@ -34,7 +45,10 @@ _ORPHANS = text(
          WHERE status = 'running'
            AND (lease_expires_at < now()
                 OR (lease_expires_at IS NULL
-                    AND updated_at < now() - make_interval(secs => :grace)))
+                    AND updated_at < now() - make_interval(secs => :grace)
+                    AND updated_at < coalesce(
+                        (SELECT q.updated_at FROM runs q WHERE q.id = CAST(:queued AS uuid)),
+                        'infinity')))
          ORDER BY updated_at
          LIMIT :limit
          FOR UPDATE SKIP LOCKED
@@ -46,11 +60,30 @@ _ORPHANS = text(
           FROM picked
         ON CONFLICT (run_id) WHERE resumed_at IS NULL DO NOTHING
     )
-    UPDATE runs SET lease_expires_at = NULL, lease_owner = NULL, updated_at = now()
+    UPDATE runs SET lease_expires_at = NULL, lease_owner = NULL, updated_at = now(), {lost}
       FROM picked WHERE runs.id = picked.id
     RETURNING runs.id, runs.agent, runs.step, runs.batch_id
-    """
+    """.format(
+        lost=failed_attempt_sets(
+            FailureKind.CRASHED_WORKER,
+            worker="runs.lease_owner",
+            fence="runs.fence",
+            when="picked.lease_expires_at IS NOT NULL",
+        )
+    )
 )
+
+
+def _oldest_queued(settings: Settings) -> uuid.UUID | None:
+    """The run of the oldest step message waiting in the queue (None: none, or the broker is
+    away: then the re-sends fail too, and the next tick tries again)."""
+    try:
+        return oldest_queued_run(settings.queue)
+    except Exception as exc:
+        if not BROKER.is_outage(exc):
+            raise
+        BROKER.failed(exc)
+        return None
 
 
 @dataclass(frozen=True)
@@ -58,24 +91,31 @@ class TickReport:
     resumed: list[uuid.UUID]
     woken: list[uuid.UUID]
     expired: list[uuid.UUID] = field(default_factory=list)
-    """Waiting runs ended because their deadline passed."""
+    """Parked runs ended because their deadline passed or they waited past the maximum wait."""
     notified: list[int] = field(default_factory=list)
     """Notifications handed to a worker to send (again)."""
 
 
 def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
     settings = settings or get_settings()
+    max_wait = timedelta(days=settings.max_wait_days)
     with transaction() as session:
         grace = settings.handoff_grace_seconds
-        orphans = session.execute(_ORPHANS, {"grace": grace, "limit": limit}).all()
+        queued = _oldest_queued(settings)
+        orphans = session.execute(
+            _ORPHANS, {"grace": grace, "limit": limit, "queued": queued}
+        ).all()
         # Only after the commit: a step that claims must see the rows as updated here.
         for row in orphans:
             send_step_after_commit(
                 session, row.id, agent=row.agent, step=row.step, batch=row.batch_id
             )
         # Before waking timers: a run whose timer and deadline are both due ends.
-        expired = expire_parked_txn(session, limit)
+        expired = expire_parked_txn(session, limit) + expire_abandoned_txn(session, max_wait, limit)
+        expired += expire_model_waits_txn(session, limit)
         woken = wake_due_timers_txn(session, limit) + wake_settled_txn(session, limit)
+        # One probe per model that is down, and the runs that waited it out, a few a tick.
+        woken += tend_outages_txn(session, settings)
         fanout.ready_batches_txn(session)
         # Last: notifications the transitions above owe, retries due, senders that died.
         notified = dispatch_due_txn(session, grace, limit)

@@ -11,7 +11,14 @@ from sqlalchemy.orm import Session
 
 from models import Action, ActionState, Run, RunStatus
 from pipeline.app import send_step_after_commit
-from pipeline.keys import Wait, WaitKind, approval_wait, conflict_wait, person_wait
+from pipeline.keys import (
+    MODEL_WAIT_PREFIX,
+    Wait,
+    WaitKind,
+    approval_wait,
+    conflict_wait,
+    person_wait,
+)
 
 # What each kind of wait on an action is waiting for the action to leave.
 _UNSETTLED: dict[WaitKind, tuple[ActionState, ...]] = {
@@ -53,9 +60,15 @@ def wake_for_action_txn(session: Session, action_key: str) -> list[uuid.UUID]:
 
 
 def wake_due_timers_txn(session: Session, limit: int) -> list[uuid.UUID]:
+    """Runs whose timer is due. A wait on the model has its give-up time in wake_at: the
+    outages' probe and pacing wake it (pipeline/runs/outages.py), the expiry ends it."""
     due = (
         select(Run.id)
-        .where(Run.status == RunStatus.WAITING, Run.wake_at <= func.now())
+        .where(
+            Run.status == RunStatus.WAITING,
+            Run.wake_at <= func.now(),
+            ~func.coalesce(Run.waiting_on, "").startswith(MODEL_WAIT_PREFIX, autoescape=True),
+        )
         .order_by(Run.wake_at)
         .limit(limit)
         .with_for_update(skip_locked=True)

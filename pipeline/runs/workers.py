@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from models import WorkerHeartbeat
 from pipeline.db import transaction
 from pipeline.logs import get_logger
+from pipeline.reachability import DATABASE
 
 log = get_logger("nightshift.workers")
 
@@ -65,6 +66,6 @@ class Presence:
 
     def _safely(self, write: Callable[..., None], *args: object) -> None:
         try:
-            write(*args)
+            DATABASE.attempt(lambda: write(*args))  # an outage is said once, by DATABASE
         except SQLAlchemyError as exc:
             log.warning("worker heartbeat not recorded: %s", type(exc).__name__)

@@ -3,10 +3,11 @@ a seeded bug: a shop whose line totals are not rounded to cents, and a test that
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from pathlib import Path
+
+from pipeline.settings import child_environment
 
 DEMO_REPO = "acme/shop"
 DEMO_FILE = "shop/cart.py"
@@ -94,5 +95,5 @@ def has_branch(root: Path, repo: str, branch: str) -> bool:
 
 
 def _git(*args: str, cwd: Path) -> None:
-    env = {**os.environ, **IDENTITY, "GIT_CONFIG_NOSYSTEM": "1"}
+    env = child_environment({**IDENTITY, "GIT_CONFIG_NOSYSTEM": "1"})
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)

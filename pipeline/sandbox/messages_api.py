@@ -1,5 +1,6 @@
 """Enough of the Anthropic Messages API for the real `anthropic` SDK, with injectable faults,
-replies cut off at max_tokens, the prompt cache's usage fields, and whatever stop reason a
+outages (every request answered 529 or 429, with retry-after, for a while), replies cut off at
+max_tokens, the prompt cache's usage fields, and whatever stop reason a
 responder gives (refusal, pause_turn, stop_sequence)."""
 
 from __future__ import annotations
@@ -7,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeline.sandbox.base import SandboxServer, seconds_field
@@ -40,7 +43,10 @@ class MessagesSandbox(SandboxServer):
 
     Control: `POST /_control/faults {"faults": [429, 529, 500, 400, "timeout", "disconnect"],
     "timeout_seconds"?}` queues one fault per coming request; `POST /_control/latency
-    {"seconds"}`; `GET /_control/stats` -> `{"requests", "faults_served", "faults_queued"}`.
+    {"seconds"}`; `POST /_control/outage {"status": 529 | 429 | 5xx, "seconds",
+    "retry_after"?}` answers every request with that status (and a `retry-after` header) for
+    that long (0: the provider answers again now); `GET /_control/stats` -> `{"requests",
+    "faults_served", "faults_queued", "outage_seconds_left"}`.
     """
 
     service = "messages"
@@ -62,11 +68,13 @@ class MessagesSandbox(SandboxServer):
         """How long a "timeout" fault holds the request before hanging up."""
         self._faults: deque[Fault] = deque()
         self._requests = self._faults_served = 0
+        self._outage: _Outage | None = None
         self._lock = threading.Lock()
         self._responder_lock = threading.Lock()  # scripted responders need not be thread-safe
         self.route("POST", "/v1/messages", self._create)
         self.route("POST", "/_control/faults", self._queue_faults)
         self.route("POST", "/_control/latency", self._set_delay)
+        self.route("POST", "/_control/outage", self._start_outage)
         self.route("GET", "/_control/stats", lambda _: Response(200, self.stats()))
 
     def inject(self, faults: Iterable[Fault]) -> None:
@@ -79,18 +87,31 @@ class MessagesSandbox(SandboxServer):
         with self._lock:
             self._faults.extend(queued)
 
-    def stats(self) -> dict[str, int]:
+    def outage(self, status: int, seconds: float, retry_after: float | None = None) -> None:
+        """Answer every request with `status` from now for `seconds` (a provider's bad hour);
+        0 seconds ends the outage now."""
+        if not (type(status) is int and (status == 429 or 500 <= status < 600)):
+            raise ValueError(f"an outage answers 429 or 5xx, not {status!r}")
+        if seconds < 0 or (retry_after is not None and retry_after < 0):
+            raise ValueError("an outage lasts a non-negative number of seconds")
         with self._lock:
+            self._outage = _Outage(status, time.monotonic() + seconds, retry_after)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            left = self._outage.seconds_left() if self._outage else 0.0
             return {
                 "requests": self._requests,
                 "faults_served": self._faults_served,
                 "faults_queued": len(self._faults),
+                "outage_seconds_left": round(left, 3),
             }
 
     def reset(self) -> None:
         super().reset()
         with self._lock:
             self._faults.clear()
+            self._outage = None
 
     def error_body(self, status: int, message: str, extra: dict[str, Any]) -> Any:
         kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
@@ -100,8 +121,9 @@ class MessagesSandbox(SandboxServer):
         with self._lock:
             self._requests += 1
             seq = self._requests
-            fault = self._faults.popleft() if self._faults else None
-            if fault is not None:
+            outage = self._outage if self._outage and self._outage.seconds_left() else None
+            fault = None if outage else self._faults.popleft() if self._faults else None
+            if fault is not None or outage is not None:
                 self._faults_served += 1
         body = request.body if isinstance(request.body, dict) else {}
         metadata, history = body.get("metadata"), body.get("messages")
@@ -111,6 +133,12 @@ class MessagesSandbox(SandboxServer):
             "messages": len(history) if isinstance(history, list) else 0,
             "user_id": metadata.get("user_id") if isinstance(metadata, dict) else None,
         }
+        if outage is not None:
+            self.record(**seen, status=outage.status, fault="outage", stop_reason=None)
+            down = f"the provider is down ({ERROR_TYPES.get(outage.status, 'api_error')})"
+            return Response(
+                outage.status, self.error_body(outage.status, down, {}), outage.headers()
+            )
         if fault in ("timeout", "disconnect"):
             self.record(**seen, status=None, fault=fault, stop_reason=None)
             self.sleep(self.timeout_seconds if fault == "timeout" else 0)
@@ -172,6 +200,37 @@ class MessagesSandbox(SandboxServer):
         except ValueError as e:
             raise Rejected(400, str(e)) from None
         return Response(200, self.stats())
+
+    def _start_outage(self, request: Request) -> Response:
+        try:
+            self.outage(*_Outage.of(request.json_object()))
+        except ValueError as e:
+            raise Rejected(400, str(e)) from None
+        return Response(200, self.stats())
+
+
+@dataclass(frozen=True)
+class _Outage:
+    status: int
+    until: float
+    """time.monotonic() at which the provider answers again."""
+    retry_after: float | None
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.until - time.monotonic())
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"retry-after": f"{self.retry_after:g}"}
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> tuple[int, float, float | None]:
+        status = body.get("status")
+        if type(status) is not int:
+            raise Rejected(400, "'status' must be an HTTP status (429 or 5xx)")
+        after = seconds_field(body, "retry_after") if "retry_after" in body else None
+        return status, seconds_field(body, "seconds"), after
 
 
 def _validate(request: Request) -> None:

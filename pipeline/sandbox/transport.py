@@ -13,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
+from pipeline.errors import Failed
+
 logger = logging.getLogger(__name__)
 
 
@@ -45,15 +47,16 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class Rejected(Exception):
-    """The request is refused with an HTTP error status and a JSON error body."""
+class Rejected(Failed):
+    """The request is refused with an HTTP error status and a JSON error body (the sandbox
+    service's own status, as the service it stands in for would answer: not the API's)."""
 
     def __init__(self, status: int, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.status, self.message, self.extra = status, message, extra
 
 
-class Hangup(Exception):
+class Hangup(Failed):
     """Close the connection without replying (a lost reply, as the client sees it)."""
 
 

@@ -49,7 +49,7 @@ DEFAULT_SOURCES: dict[str, dict[str, str]] = {
 
 SKU_BASE_PRICES: dict[str, float] = {"sku-1": 19.99, "sku-2": 49.00, "sku-3": 129.00}
 
-OVERDUE_INVOICES: tuple[dict[str, str | float], ...] = tuple(
+_ONE_PER_CLIENT: tuple[dict[str, str | float], ...] = tuple(
     {
         "client": client,
         "name": name,
@@ -74,7 +74,11 @@ OVERDUE_INVOICES: tuple[dict[str, str | float], ...] = tuple(
         ]
     )
 )
-"""The same ten overdue invoices every time, one per client."""
+OVERDUE_INVOICES: tuple[dict[str, str | float], ...] = (
+    *_ONE_PER_CLIENT,
+    {**_ONE_PER_CLIENT[0], "invoice": "INV-2026-1050", "amount": 95.0, "due_date": "2026-11-02"},
+)
+"""The same eleven overdue invoices every time: one per client, and a second one for acme."""
 
 _ADJECTIVES = [
     "Acme",
@@ -116,7 +120,8 @@ class FailRule:
 
 class WebSandbox(SandboxServer):
     """`GET /sources/<name>`, `GET /competitors`, `GET /competitors/<id>/prices`,
-    `GET /invoices/overdue`, `GET /invoices/<invoice>` (one invoice's record, with its status).
+    `GET /invoices/overdue`, `GET /invoices/<invoice>` (one invoice's record, with its status),
+    `GET /clients/<client>/overdue` (a client's contact and overdue invoices).
 
     Control: `POST /_control/fail {"path", "status", "times"}` (times -1 = forever),
     `POST /_control/reset`, `GET /_control/stats` -> `{"requests": {path: count}}`.
@@ -142,6 +147,7 @@ class WebSandbox(SandboxServer):
         self.route("GET", "/competitors/{id}/prices", self._prices)
         self.route("GET", "/invoices/overdue", self._overdue)
         self.route("GET", "/invoices/{invoice}", self._invoice)
+        self.route("GET", "/clients/{client}/overdue", self._client_overdue)
         self.route("POST", "/_control/fail", self._fail)
         self.route("GET", "/_control/stats", self._stats)
 
@@ -200,6 +206,14 @@ class WebSandbox(SandboxServer):
         if record is None:
             raise Rejected(404, f"no invoice {wanted!r}")
         return Response(200, {**record, "status": "overdue"})
+
+    def _client_overdue(self, request: Request) -> Response:
+        wanted = request.params["client"]
+        invoices = [i for i in OVERDUE_INVOICES if i["client"] == wanted]
+        if not invoices:
+            raise Rejected(404, f"no client {wanted!r} with overdue invoices")
+        contact = {k: invoices[0][k] for k in ("client", "name", "email")}
+        return Response(200, {**contact, "invoices": invoices})
 
     def _fail(self, request: Request) -> Response:
         body = request.json_object()

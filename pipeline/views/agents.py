@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.agent import Agent, default_job
+from pipeline.agent_definition import Agent, default_job
 from pipeline.registry import Registered, registry
 from pipeline.settings import Settings, get_settings
 from pipeline.tools import Tool
@@ -54,6 +54,8 @@ def _tool(tool: Tool, settings: Settings) -> dict[str, Any]:
         "side_effect": None,
         "requires_approval": tool.requires_approval,
         "approvers": list(tool.approvers),
+        "needs": list(tool.needs),
+        "needs_unset": [name for name in tool.needs if not settings.is_set(name)],
     }
     effect = tool.side_effect
     if effect is not None:

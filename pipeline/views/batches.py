@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from models import Action, ActionState, Batch, BatchStatus, Run, RunStatus, tokens_used
 from pipeline.db import read_only
-from pipeline.errors import NightshiftError
+from pipeline.errors import UnknownBatch
 
 # How each run status counts for an operator.
 _COLUMN = {
@@ -25,10 +25,6 @@ _COLUMN = {
     RunStatus.FAILED: "failed",
     RunStatus.CANCELLED: "failed",
 }
-
-
-class UnknownBatch(NightshiftError):
-    """No batch has that id."""
 
 
 @dataclass
@@ -90,7 +86,11 @@ class BatchProgress:
                 "status": self.synthesis_status.value if self.synthesis_status else None,
                 "waiting_on": self.synthesis_waiting_on,
             },
-            "pending_approvals": [a.__dict__ for a in self.pending_approvals],
+            # Not who the approvers are: the API and the page name them to no one who may not
+            # decide (`nightshift batches` shows them to the operator).
+            "pending_approvals": [
+                {"key": a.key, "tool": a.tool, "args": a.args} for a in self.pending_approvals
+            ],
         }
 
 

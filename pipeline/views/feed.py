@@ -10,6 +10,7 @@ last position it saw (SSE's Last-Event-ID) misses nothing and sees nothing twice
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,13 +21,15 @@ from sqlalchemy.orm import Session
 
 from models import RunStatus
 from pipeline.db import read_only
-from pipeline.errors import InvalidInput, RunNotFound
+from pipeline.errors import InvalidInput, RunNotFound, UnknownBatch
 from pipeline.keys import EntryKind, entry_kind
 from pipeline.runs.summaries import describe, summarize
-from pipeline.views.batches import UnknownBatch
 
 Position = tuple[int, int]
 START: Position = (0, 0)
+POSITION = re.compile(r"^[0-9]{1,20}-[0-9]{1,19}$")
+"""How the feed writes a position: a transaction id (xid8, 20 digits at most), a dash and a row
+id (bigint, 19)."""
 
 # The oldest write transaction still open in this database, from the statement's own snapshot.
 # Transactions of other databases (which never write run_events) are left out when
@@ -76,7 +79,7 @@ class FeedEvent:
     position: Position
     type: str
     """run_started, step_started, model_replied, tool_result, note, timer_set,
-    action_changed, waiting, resumed, finished or batch_changed."""
+    action_changed, version_changed, waiting, resumed, finished or batch_changed."""
     run_id: str | None
     batch_id: str | None
     at: datetime
@@ -102,12 +105,12 @@ def format_position(position: Position) -> str:
 
 
 def parse_position(given: str | None) -> Position:
-    """A position this feed wrote (`<xid>-<id>`); empty means the beginning."""
-    if not given or not given.strip():
+    """A position this feed wrote (`<xid>-<id>`); None means the beginning."""
+    if given is None:
         return START
-    xid, dash, row = given.strip().partition("-")
-    if not (dash and xid.isdigit() and row.isdigit() and len(given) <= 40):
+    if not POSITION.fullmatch(given):
         raise InvalidInput(f"event id {given[:40]!r} is not a position of this feed (<xid>-<id>)")
+    xid, _, row = given.partition("-")
     return int(xid), int(row)
 
 
@@ -145,18 +148,15 @@ def read(subject: Subject, after: Position = START, limit: int = 500) -> Page:
     return Page(events, done)
 
 
-def latest_position(subject: Subject) -> Position:
-    """Where a reader that has just read the current state should start following."""
-    query = text(
-        f"""
-        SELECT e.xid, e.id FROM run_events e
-         WHERE {_SCOPES[subject.scope]} AND e.xid < ({_HORIZON})
-         ORDER BY e.xid DESC, e.id DESC LIMIT 1
-        """
-    )
+def latest_position() -> Position:
+    """Where a reader that has just read the current state should start following: the
+    horizon. Every event of a transaction older than it is committed, so a state read after
+    this includes it; every event at or above it is still to come (it may repeat a change the
+    state already shows: the pages drop those). The same for every subject, and no event is
+    read for it: a batch of ten thousand runs costs what one run does."""
     with read_only() as session:
-        row = session.execute(query, subject.params()).first()
-    return START if row is None else (row.xid, row.id)
+        horizon = session.execute(text(f"SELECT ({_HORIZON})")).scalar_one()
+    return (int(horizon), 0)
 
 
 def _events_txn(session: Session, subject: Subject, after: Position, limit: int) -> list[FeedEvent]:
@@ -227,7 +227,14 @@ _FIXED_TYPES = {
     "claimed": "step_started",
     "action": "action_changed",
     "batch": "batch_changed",
+    "version": "version_changed",
 }
+
+
+TYPES = (
+    *_FIXED_TYPES.values(), *_JOURNAL_TYPES.values(), "waiting", "resumed", "finished",
+)  # fmt: skip
+"""Every event type the feed has (`_type`)."""
 
 
 def _type(kind: str, data: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from pipeline.db import read_only
 from pipeline.settings import Settings
 from pipeline.views.liveness import queue_liveness_txn
 from pipeline.views.metrics import queue_lengths
+from pipeline.views.outages import model_outages_txn
 
 ACTIVE = (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
 OPEN_ACTIONS = (
@@ -95,6 +96,7 @@ class DatabaseGauges(Collector):
             "Runs found without a live worker and not yet claimed again.",
             value=int(open_takeovers or 0),
         )
+        yield from self._outages(session)
         liveness = queue_liveness_txn(session, self.settings)
         workers = GaugeMetricFamily(
             "nightshift_workers_alive",
@@ -103,3 +105,22 @@ class DatabaseGauges(Collector):
         )
         workers.add_metric([self.settings.queue], len(liveness.alive))
         yield workers
+
+    def _outages(self, session: Session) -> Iterator[GaugeMetricFamily]:
+        """Runs waiting on a model provider that is down, and since when (a row per model)."""
+        waiting = GaugeMetricFamily(
+            "nightshift_runs_waiting_on_model",
+            "Runs parked until the model provider answers again, by model.",
+            labels=["model"],
+        )
+        since = GaugeMetricFamily(
+            "nightshift_model_outage_started_seconds",
+            "When the model's outage began (Unix time); absent when the model is not down.",
+            labels=["model"],
+        )
+        for outage in model_outages_txn(session, self.settings):
+            waiting.add_metric([outage.model], outage.waiting)
+            if outage.recovered_at is None:
+                since.add_metric([outage.model], outage.since.timestamp())
+        yield waiting
+        yield since

@@ -63,6 +63,8 @@ class Metrics:
     resume_seconds_sum: float
     resume_seconds: dict[float, float | None] = field(default_factory=dict)
     """Quantile -> seconds from losing the worker to the takeover claim."""
+    version_changed_runs: dict[str, int] = field(default_factory=dict)
+    """Agent -> runs whose last step ran under another agent version than they started under."""
     queue: str = ""
     queue_depth: int | None = None
     """Messages waiting in the broker queue; None when Redis could not be asked."""
@@ -136,6 +138,13 @@ def collect_txn(session: Session) -> Metrics:
         )
     }
     closed, open_, total, quantiles = _resumptions(session)
+    changed = dict(
+        session.execute(
+            select(Run.agent, func.count())
+            .where(Run.running_version != Run.agent_version)  # both recorded, and not equal
+            .group_by(Run.agent)
+        ).all()
+    )
     return Metrics(
         runs=runs,
         steps=steps,
@@ -150,6 +159,7 @@ def collect_txn(session: Session) -> Metrics:
         resumptions_open=open_,
         resume_seconds_sum=total,
         resume_seconds=quantiles,
+        version_changed_runs={str(agent): int(n) for agent, n in changed.items()},
     )
 
 
@@ -241,6 +251,9 @@ def families(m: Metrics) -> list[Family]:
                [({"status": s}, n) for s, n in sorted(m.resumed_runs.items())]),
         Family("nightshift_resumptions_open", "gauge", "Runs found without a live worker and "
                "not yet claimed again.", [({}, m.resumptions_open)]),
+        Family("nightshift_runs_version_changed", "gauge", "Runs whose last step ran under "
+               "another agent version than they started under, by agent.",
+               [({"agent": a}, n) for a, n in sorted(m.version_changed_runs.items())]),
     ]  # fmt: skip
     if m.queue_depth is not None:
         result.append(
@@ -276,5 +289,6 @@ def as_json(m: Metrics) -> dict[str, Any]:
         "possible_duplicates": m.possible_duplicates,
         "resumed_runs": m.resumed_runs,
         "resumptions_open": m.resumptions_open,
+        "version_changed_runs": m.version_changed_runs,
         "queue": {"name": m.queue, "depth": m.queue_depth},
     }

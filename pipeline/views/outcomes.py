@@ -26,11 +26,11 @@ SETTLED_CHANNEL = "nightshift_run_settled"
 RECHECK = 5.0
 """Seconds between looks at the run when no notification came."""
 
-_PERSON = frozenset({WaitKind.APPROVAL, WaitKind.ACTION})
+_PERSON = frozenset({WaitKind.APPROVAL, WaitKind.ACTION, WaitKind.VERSION})
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RunOutcome:
     run_id: uuid.UUID
     status: RunStatus
     stop_reason: str | None
@@ -39,6 +39,14 @@ class Outcome:
     result: dict[str, Any] | None
     error: str | None
     finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status.is_terminal()
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is RunStatus.SUCCEEDED
 
     @property
     def settled(self) -> bool:
@@ -59,6 +67,21 @@ class Outcome:
             return self.settled
         return self.status.is_terminal() or (self.status.is_parked() and self.needs_person)
 
+    @classmethod
+    def from_json(cls, run: dict[str, Any]) -> RunOutcome:
+        """The inverse of as_json; also reads a run as the API shows it (`id`, no
+        `finished_at` needed), which is how pipeline.api.client gets one."""
+        return cls(
+            run_id=uuid.UUID(str(run.get("run_id") or run["id"])),
+            status=RunStatus(run["status"]),
+            stop_reason=run.get("stop_reason"),
+            waiting_on=run.get("waiting_on"),
+            wake_at=_time(run.get("wake_at")),
+            result=run.get("result"),
+            error=run.get("error"),
+            finished_at=_time(run.get("finished_at")),
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "run_id": str(self.run_id),
@@ -72,7 +95,11 @@ class Outcome:
         }
 
 
-def outcome(run_id: uuid.UUID) -> Outcome:
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def outcome(run_id: uuid.UUID) -> RunOutcome:
     with read_only() as session:
         row = session.execute(
             select(
@@ -87,10 +114,12 @@ def outcome(run_id: uuid.UUID) -> Outcome:
         ).one_or_none()
     if row is None:
         raise RunNotFound(f"no run has id {run_id}")
-    return Outcome(run_id, *row)
+    return RunOutcome(run_id, *row)
 
 
-def wait_for_outcome(run_id: uuid.UUID, timeout: float, *, through_timers: bool = False) -> Outcome:
+def wait_for_outcome(
+    run_id: uuid.UUID, timeout: float, *, through_timers: bool = False
+) -> RunOutcome:
     """The run once it settled (or, through_timers, once only a person could move it on), or
     as it is when `timeout` seconds have passed. For processes that reach the database (the
     CLI, scripts); other services use the API's `?wait=` (pipeline.api.client.wait_for_run)."""

@@ -7,17 +7,18 @@ from typing import Any
 
 from sqlalchemy import select
 
-from models import Action, Artifact, JournalEntry, Run
+from models import Action, Artifact, JournalEntry, Run, artifact_url
 from pipeline.db import read_only
-from pipeline.errors import NightshiftError, RunNotFound
+from pipeline.errors import Conflict, RunNotFound
 from pipeline.runs.summaries import describe, summarize
 
 RUN_FIELDS = (
     "id", "agent", "status", "step", "max_steps", "tool_calls", "input_tokens", "output_tokens",
-    "cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "attempt", "fence",
+    "cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "attempt",
+    "failed_step", "failed_attempts", "fence",
     "lease_owner", "lease_expires_at", "batch_id", "parent_id", "wake_at", "waiting_on",
     "cancel_requested", "stop_reason", "error", "created_at", "updated_at", "finished_at",
-    "idempotency_key", "code_version", "prompt_version",
+    "idempotency_key", "code_version", "prompt_version", "agent_version", "running_version",
 )  # fmt: skip
 
 
@@ -26,7 +27,7 @@ MIN_PREFIX = 4
 _HEX = frozenset("0123456789abcdef")
 
 
-class AmbiguousRunId(NightshiftError):
+class AmbiguousRunId(Conflict):
     """That prefix is the start of more than one run id."""
 
 
@@ -62,7 +63,18 @@ def resolve_run_id(text: str) -> uuid.UUID:
 
 
 def run_dict(run: Run) -> dict[str, Any]:
-    return {name: plain(getattr(run, name)) for name in RUN_FIELDS}
+    described = {name: plain(getattr(run, name)) for name in RUN_FIELDS}
+    return described | {"version": version_words(run.agent_version, run.running_version)}
+
+
+def version_words(started: str | None, running: str | None) -> str:
+    """The agent version a run runs under, in words: `started under X, now running under Y`
+    once a new release has run a step of it."""
+    if started is None:
+        return f"running under {running}" if running else "not recorded (an older run)"
+    if running is None or running == started:
+        return started
+    return f"started under {started}, now running under {running}"
 
 
 def plain(value: Any) -> Any:
@@ -79,8 +91,10 @@ def list_runs(
     agent: str | None = None,
     batch: str | None = None,
     limit: int = 50,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
-    query = select(Run).order_by(Run.created_at.desc()).limit(limit)
+    """Newest first; runs created together (a batch's children) in one order, page after page."""
+    query = select(Run).order_by(Run.created_at.desc(), Run.id).limit(limit).offset(offset)
     if status:
         query = query.where(Run.status == status)
     if agent:
@@ -92,8 +106,8 @@ def list_runs(
 
 
 def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
-    """A run, its timeline and actions; `full` adds each entry's whole text and the run's
-    artifacts (the status page's expanded view)."""
+    """A run, its timeline, actions and artifacts (each with the API URL that serves it);
+    `full` adds each entry's whole text (the status page's expanded view)."""
     with read_only() as session:
         run = session.get(Run, run_id)
         if run is None:
@@ -131,12 +145,12 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
                 for a in actions
             ],
         }
-        if full:
-            shown["artifacts"] = [
-                {"id": a.id, "name": a.name, "media_type": a.media_type, "size": a.size,
-                 "deleted": a.deleted_at is not None}
-                for a in session.scalars(
-                    select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
-                )
-            ]  # fmt: skip
+        shown["artifacts"] = [
+            {"id": a.id, "name": a.name, "url": artifact_url(run_id, a.id),
+             "media_type": a.media_type, "size": a.size, "deleted": a.deleted_at is not None,
+             "missing": a.missing}
+            for a in session.scalars(
+                select(Artifact).where(Artifact.run_id == run_id).order_by(Artifact.id)
+            )
+        ]  # fmt: skip
         return shown

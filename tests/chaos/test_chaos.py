@@ -34,6 +34,7 @@ METRIC_LINES = (
     "time to resume",
     "duplicate-action rate",
     "stale writes refused",
+    "model waits",
 )
 
 
@@ -63,8 +64,9 @@ def test_faults_of_every_kind_lose_no_run_and_repeat_no_side_effect() -> None:
     argv += ["--duration", str(DURATION), "--seed", str(SEED), "--rate", str(RATE)]
     argv += ["--hosts", str(HOSTS)]
 
-    # when kills, freezes, restarts, partitions, broker wipes, slow and lying services,
-    # duplicate messages and double webhook deliveries fly for two and a half minutes
+    # when kills, freezes, restarts, partitions, broker wipes, slow and lying services, a model
+    # outage, duplicate messages, double webhook deliveries and a poison run (the workload's
+    # first) fly for two and a half minutes
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=840)
 
     # then every kind was injected, nothing was lost, stuck or done twice
@@ -79,6 +81,13 @@ def test_faults_of_every_kind_lose_no_run_and_repeat_no_side_effect() -> None:
     assert report["approvals"]["replays_accepted"] == 0, story
     assert report["unexpected_exits"] == [], story
     assert report["hosts"] == HOSTS and report["resumption_rate"] == 1.0, story
+    # and the runs waited out the model outage: some waited, none gave up on the model
+    assert report["model_waits"]["n"] > 0 and report["model_unavailable"] == 0, story
+    # and the poison run the workload starts first (alone) killed its worker until it failed
+    # crashed_worker, as every poison run that ended did
+    poison = report["poison"]
+    assert poison.get("failed crashed_worker", 0) >= 1, story
+    assert poison["workers_killed"] > 0, story
     assert report["passed"] and done.returncode == 0, story
     # and the metrics are printed
     for line in METRIC_LINES:

@@ -4,6 +4,7 @@ a run parked on a pending approval (as the engine leaves it)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -20,7 +22,7 @@ from models import Action, ActionAudit, ActionState, Run, RunStatus
 from pipeline.agents.patch import REVIEWER
 from pipeline.agents.price_synthesis import PRICING_APPROVER
 from pipeline.api.base import ApiConfig
-from pipeline.api.server import create_app
+from pipeline.api.server import create_app, server_config
 from pipeline.api.tokens import create_token
 from pipeline.db import transaction
 from pipeline.engine.action_rows import arguments_hash
@@ -88,6 +90,16 @@ def person_token(identity: str = "alice@example.com") -> str:
     return create_token(identity, created_by="test").token
 
 
+def submit_login(
+    api: TestClient | httpx.Client, fields: dict[str, str], **options: Any
+) -> httpx.Response:
+    """Post the sign-in form as the browser does: with the CSRF value the form carried."""
+    form = api.get("/ui/login", follow_redirects=False)
+    match = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert match, "the sign-in form carries a CSRF token"
+    return api.post("/ui/login", data={**fields, "csrf": match.group(1)}, **options)
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -139,10 +151,10 @@ def count(model: type[Any]) -> int:
 @contextmanager
 def live_server(app: FastAPI) -> Iterator[str]:
     """Serve `app` with uvicorn on a free loopback port, in a thread; yields the base URL."""
-    config = uvicorn.Config(
+    config = server_config(
         app,
-        host="127.0.0.1",
-        port=0,
+        "127.0.0.1",
+        0,
         log_level="warning",
         lifespan="off",
         ws="none",

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pipeline.local.processes import CeleryProcess
+from pipeline import embedded
+from pipeline.processes.celery_process import CeleryProcess
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.git_repos import seed_demo_repository, url_template
 from pipeline.sandbox.githost import GitHostSandbox
@@ -17,6 +23,18 @@ from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
+from tests.integration.worker_hosts import two_hosts  # noqa: F401 (a fixture: two worker hosts)
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A data directory for the embedded servers, stopped and removed after the test. Not
+    tmp_path: as root, postgres runs as another user that must traverse the path, and every
+    pytest session that starts resets /tmp/pytest-of-<user> to 0700."""
+    path = Path(tempfile.mkdtemp(prefix="nightshift-embedded-")) / "data"
+    yield path
+    embedded.stop(path)  # never leave a server behind, even when the test failed
+    shutil.rmtree(path.parent)
 
 
 @dataclass
@@ -133,3 +151,18 @@ def services_up(
 
 def opened_pulls(githost: GitHostSandbox) -> list[dict]:
     return [entry for entry in githost.log.entries() if entry["action"] == "opened"]
+
+
+@pytest.fixture(scope="session")
+def celery_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The python of a virtual environment with only celery[redis] (the version this suite
+    runs): another team's service, with no nightshift installed."""
+    venv = tmp_path_factory.mktemp("celery-only") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"celery[redis]=={version('celery')}"],
+        check=True,
+        timeout=300,
+    )
+    yield python

@@ -22,6 +22,7 @@ from pipeline.api.base import ApiConfig
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.errors import SettingsError
+from pipeline.registry import registry
 from pipeline.runs.start import create_run_txn
 from pipeline.settings import get_settings
 from tests.integration.api_fixtures import (
@@ -103,9 +104,12 @@ def test_a_waiting_run_is_cancelled_at_once(api: TestClient) -> None:
         session.execute(
             update(Run).where(Run.id == uuid.UUID(run_id)).values(status=RunStatus.WAITING)
         )
-    # the body's "by" claims someone; the run records whom the token speaks for
+    # a body naming someone is refused: the run records whom the token speaks for
     oncall = bearer(person_token("oncall@example.com"))
-    response = api.post(f"/runs/{run_id}/cancel", json={"by": "the-ceo"}, headers=oncall)
+    claimed = api.post(f"/runs/{run_id}/cancel", json={"by": "the-ceo"}, headers=oncall)
+    assert claimed.status_code == 422 and "'by'" in claimed.json()["error"]
+    assert run_row(uuid.UUID(run_id)).status == RunStatus.WAITING
+    response = api.post(f"/runs/{run_id}/cancel", json={}, headers=oncall)
     assert response.status_code == 200, response.text
     assert response.json() == {"run_id": run_id, "status": "cancelled"}
     assert run_row(uuid.UUID(run_id)).cancel_requested_by == "oncall@example.com"
@@ -166,6 +170,7 @@ BAD_REQUESTS = [
      "headers": {"Content-Type": "application/json"}}, 413, "NIGHTSHIFT_API_MAX_BODY_BYTES"),
     ("a key that is too long", {"json": REPORT, "headers": {"Idempotency-Key": "k" * 201}},
      422, "idempotency-key"),
+    ("an empty key", {"json": REPORT, "headers": {"Idempotency-Key": ""}}, 422, "idempotency-key"),
 ]  # fmt: skip
 
 
@@ -234,6 +239,7 @@ def test_the_api_refuses_to_start_without_a_token(
 ) -> None:
     # given no NIGHTSHIFT_API_TOKEN
     monkeypatch.delenv("NIGHTSHIFT_API_TOKEN", raising=False)
+    get_settings.cache_clear()
     with pytest.raises(SettingsError, match="--insecure-no-auth"):
         ApiConfig.from_env({})
     # and the command says so and exits 2
@@ -248,8 +254,6 @@ def test_the_api_refuses_to_start_without_a_token(
 
 def test_approvals_and_events_need_two_different_webhook_secrets() -> None:
     token = {"NIGHTSHIFT_API_TOKEN": TOKEN}
-    with pytest.raises(SettingsError, match="NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET and"):
-        ApiConfig.from_env({**token, "NIGHTSHIFT_WEBHOOK_SECRET": "the-old-single-secret-1"})
     same = "one-secret-for-both-0123"
     with pytest.raises(SettingsError, match="must differ"):
         ApiConfig.from_env(
@@ -344,9 +348,23 @@ def test_the_openapi_document_describes_the_api(api: TestClient) -> None:
     assert "503" in document["paths"]["/healthz"]["get"]["responses"]
     assert {"401", "403", "404", "409", "503"} <= set(approval["responses"])
     assert "HTTPValidationError" not in document["components"]["schemas"]
-    # and the agent is one of the registered ones
-    agent = document["components"]["schemas"]["StartRun"]["properties"]["agent"]
-    assert {"nightly_report", "patch", "price_synthesis"} <= set(agent["enum"])
+    # and a run's body is one per registered agent, its input that agent's own input schema
+    schemas = document["components"]["schemas"]
+    forms = schemas["StartRun"]["discriminator"]["mapping"]
+    assert {"nightly_report", "patch", "price_synthesis"} <= set(forms)
+    report = schemas["StartRun.nightly_report"]["properties"]
+    assert report["agent"] == {"const": "nightly_report"}
+    declared = registry().agent("nightly_report").input_schema
+    assert report["input"]["required"] == declared["required"]
+    assert report["input"]["properties"].keys() == declared["properties"].keys()
+    # with the deadline's forms, and no notify_url where the server cannot sign its events
+    forms_of_deadline = {f.get("format") or f["type"] for f in report["deadline"]["anyOf"]}
+    assert forms_of_deadline == {"number", "string", "date-time", "null"}
+    assert report["notify_url"]["type"] == "null"
+    # and an event stream's resume point has the form of an event id, no null
+    events = document["paths"]["/runs/{run_id}/events"]["get"]["parameters"]
+    resume = {p["name"]: p["schema"] for p in events if p["name"] != "run_id"}
+    assert {s["pattern"] for s in resume.values()} == {r"^[0-9]{1,20}-[0-9]{1,19}$"}
 
 
 def test_the_docs_are_behind_sign_in_and_load_nothing_from_elsewhere(api: TestClient) -> None:

@@ -9,7 +9,6 @@ import re
 import threading
 import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -24,7 +23,7 @@ from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.slots import Overlap, Schedule
 from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import run_row, wait_for, wait_for_status
+from tests.support import artifact_text, run_row, wait_for, wait_for_status
 
 NEW_YORK = ZoneInfo("America/New_York")
 MONITOR = Schedule(
@@ -177,7 +176,7 @@ def test_a_night_of_thirty_competitors_with_a_killed_worker_and_a_dead_page(
     assert len(pricing.changes()) == 2
     assert pricing.price("sku-2")["price"] == 50.59  # type: ignore[index]
     assert pricing.price("sku-3")["price"] == 133.45  # type: ignore[index]
-    summary = Path(synthesis.state["artifacts"]["summary"]["path"]).read_text()
+    summary = artifact_text(synthesis_id, synthesis.state["artifacts"]["summary"]["id"])
     assert "Failed competitors (1):\n- Granite Supply (c07): " in summary
     assert "HTTP 404" in summary
     assert "Granite Supply (c07)" in synthesis.result["text"]

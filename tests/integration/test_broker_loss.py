@@ -22,7 +22,7 @@ import redis
 
 from models import RunStatus
 from pipeline import embedded
-from pipeline.local.processes import CeleryProcess, wait_for
+from pipeline.processes.celery_process import CeleryProcess, wait_for
 from tests.support import run_row
 
 NIGHTSHIFT = str(Path(sys.executable).parent / "nightshift")

@@ -27,7 +27,7 @@ import redis
 
 from models import RunStatus
 from pipeline import embedded
-from pipeline.local.processes import CeleryProcess, wait_for
+from pipeline.processes.celery_process import CeleryProcess, wait_for
 from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.responders import agent_responder
 from tests.support import run_row

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from sqlalchemy import update
 
-from models import Run, RunStatus
+from models import Action, ActionState, Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.runs.start import create_run_txn
@@ -49,6 +49,24 @@ def test_runs_show_and_watch_a_finished_run(
     assert f"run {run_id}  agent nightly_report  status succeeded" in capsys.readouterr().out
     assert main(["watch", str(run_id), "--interval", "0.1"]) == 0
     assert "nightly_report succeeded" in capsys.readouterr().out
+
+
+def test_show_says_an_action_state_as_the_status_page_does_then_the_state(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a finished run whose email went out and was confirmed
+    run_id = finished_run()
+    key = f"nightly_report:{run_id}"
+    with transaction() as session:
+        session.add(
+            Action(idempotency_key=key, run_id=run_id, tool="send_email", service="email",
+                   args={}, state=ActionState.CONFIRMED, attempts=1, approvers=[])
+        )  # fmt: skip
+    # when a person shows the run
+    assert main(["show", str(run_id)]) == 0
+    # then its action reads "done" as on the status page, with the state beside it
+    actions = capsys.readouterr().out.split("\nactions:\n")[1].splitlines()
+    assert actions[0].split() == [key, "done", "[confirmed]", "attempts", "1"]
 
 
 def test_a_short_run_id_prefix_works_everywhere_and_a_bad_one_says_why(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,22 +15,10 @@ import psycopg
 import pytest
 
 from pipeline import embedded
-from tests.support import ServiceUrls
+from pipeline.migrate import fresh_database
+from tests.support import ServiceUrls, nightshift
 
 REPORT = '{"team": "ops", "date": "2026-11-29"}'
-
-
-def nightshift(*argv: str, **env: str | None) -> subprocess.CompletedProcess[str]:
-    """The real command in a fresh process; a None value removes the variable."""
-    environment = {k: v for k, v in os.environ.items() if k not in env}
-    environment |= {k: v for k, v in env.items() if v is not None}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *argv],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def one_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -42,9 +29,11 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
 
 def test_an_unreachable_database_is_one_line_naming_the_host_and_never_the_password() -> None:
     url = "postgresql://nightshift:s3cret-pw@127.0.0.1:1/nightshift"
-    line = one_line(nightshift("runs", NIGHTSHIFT_DATABASE_URL=url))
-    assert "cannot reach the database at 127.0.0.1:1/nightshift" in line
-    assert "Connection refused" in line and "s3cret-pw" not in line
+    for argv in (["runs"], ["show", "3f2a9c1e"]):
+        line = one_line(nightshift(*argv, NIGHTSHIFT_DATABASE_URL=url))
+        assert "cannot reach the database at 127.0.0.1:1/nightshift" in line
+        assert "Connection refused" in line and "s3cret-pw" not in line
+        assert line.endswith("(is PostgreSQL running there? check NIGHTSHIFT_DATABASE_URL)\n")
 
 
 def test_an_unreachable_broker_is_one_line_naming_the_host_and_never_the_password(
@@ -59,18 +48,22 @@ def test_an_unreachable_broker_is_one_line_naming_the_host_and_never_the_passwor
 
 @pytest.fixture
 def empty_database(services: ServiceUrls) -> Iterator[str]:
-    name = f"ns_empty_{os.getpid()}"
-    with psycopg.connect(services.admin_conninfo("postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield services.database_url(name)
-    with psycopg.connect(services.admin_conninfo("postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(services.database_url(f"ns_empty_{os.getpid()}")) as url:
+        yield url
 
 
 def test_an_unmigrated_database_says_to_migrate(empty_database: str) -> None:
     for argv in (["runs"], ["show", "3f2a9c1e"], ["start", "nightly_report", "--input", REPORT]):
         line = one_line(nightshift(*argv, NIGHTSHIFT_DATABASE_URL=empty_database))
         assert "has no nightshift tables yet: run `nightshift migrate`" in line, argv
+
+
+def test_a_database_behind_this_release_says_to_migrate(db_url: str) -> None:
+    # given a schema one column behind what this release reads
+    with psycopg.connect(db_url.replace("+psycopg", "")) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN waiting_on")
+    line = one_line(nightshift("runs", NIGHTSHIFT_DATABASE_URL=db_url))
+    assert "has a schema older than this nightshift: run `nightshift migrate`" in line
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from models import Action, JournalEntry, RunStatus
-from pipeline.agent import Conversation, tool_use
+from pipeline.agent_definition import Conversation, tool_use
 from pipeline.agents.nightly_report import script
 from pipeline.db import transaction
 from pipeline.runs.start import start_run

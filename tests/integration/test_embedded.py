@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,16 +20,6 @@ from pipeline import embedded
 from pipeline.errors import ServiceError
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    # Not tmp_path: as root, postgres runs as another user that must traverse the path, and
-    # every pytest session that starts resets /tmp/pytest-of-<user> to 0700.
-    path = Path(tempfile.mkdtemp(prefix="nightshift-embedded-")) / "data"
-    yield path
-    embedded.stop(path)  # never leave a server behind, even when the test failed
-    shutil.rmtree(path.parent)
 
 
 def alive(pid: int | None) -> bool:
@@ -252,3 +239,30 @@ def test_a_failed_start_names_the_service_and_its_log(data_dir: Path) -> None:
     assert 'invalid value for parameter "shared_buffers"' in message
     assert "\n" not in message
     assert not embedded.status(data_dir)[0].running
+
+
+def test_the_servers_start_with_none_of_the_environment_s_secrets(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a process whose environment holds the API's and the model's secrets
+    secrets = {
+        "NIGHTSHIFT_API_TOKEN": "api-token-marker-81f3",
+        "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET": "approval-marker-81f3",
+        "NIGHTSHIFT_NOTIFY_SECRET": "notify-marker-81f3",
+        "ANTHROPIC_API_KEY": "sk-marker-81f3",
+        "PGPASSWORD": "pg-marker-81f3",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+
+    # when it starts the embedded services
+    urls = embedded.ensure_running(data_dir)
+
+    # then they work, and neither server's environment holds any of it
+    assert select_one(urls["postgres"]) == 1 and ping(urls["redis"])
+    for name, pid in pids(data_dir).items():
+        assert pid is not None
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        names = [line.split("=", 1)[0] for line in environ.split("\0")]
+        assert "marker-81f3" not in environ, (name, names)
+        assert not [n for n in names if n.startswith(("NIGHTSHIFT_", "ANTHROPIC_"))], names

@@ -7,19 +7,18 @@ import threading
 import pytest
 from sqlalchemy import select
 
-from models import Event, Run
+from models import ExternalEvent, Run
 from pipeline.db import transaction
-from pipeline.errors import InvalidInput
-from pipeline.registry import UnknownEventSource
-from pipeline.runs.events import start_from_event
+from pipeline.errors import InvalidInput, UnknownEventSource
+from pipeline.runs.external_events import start_from_event
 from tests.integration.conftest import ProcessFactory
 
 REQUEST = {"team": "ops", "date": "2026-11-29", "email_to": "ops@example.com"}
 
 
-def events() -> list[Event]:
+def events() -> list[ExternalEvent]:
     with transaction() as session:
-        return list(session.scalars(select(Event)))
+        return list(session.scalars(select(ExternalEvent)))
 
 
 def runs() -> list[Run]:

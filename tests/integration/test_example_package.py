@@ -9,24 +9,23 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import site
 import subprocess
 import sys
-import sysconfig
 import uuid
 from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from models import JournalEntry, Run, RunStatus
+from models import Action, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.registry import registry
+from pipeline.registry import get_agent, registry
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
+from pipeline.testing import run_agent
 from tests.integration.conftest import ProcessFactory
 from tests.support import ServiceUrls, wait_for, wait_for_status
 
@@ -40,34 +39,27 @@ def pip(python: Path | str, *args: str) -> None:
     subprocess.run([str(python), "-m", "pip", "-q", *args], check=True, timeout=300)
 
 
-@pytest.fixture(scope="session")
-def example_installed() -> Iterator[None]:
-    """`pip install -e examples/oncall_digest` into the venv running the tests, as a user
-    would; removed again at the end unless it was there before."""
-    try:
-        distribution(DISTRIBUTION)
-        there_before = True
-    except PackageNotFoundError:
-        there_before = False
-        pip(sys.executable, "install", "-e", str(EXAMPLE))
-    # This process started before the install: read its .pth so the registry can import it.
-    site.addsitedir(sysconfig.get_paths()["purelib"])
+@pytest.fixture(scope="module")
+def example_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`pip install examples/oncall_digest`, as a user would, into a directory of its own on
+    PYTHONPATH (and this process's sys.path) rather than into the venv running the tests: the
+    suite's other processes (pytest-xdist, their workers) would otherwise find its entry point
+    without its module on their path and refuse to start."""
+    target = tmp_path_factory.mktemp("oncall-digest-installed")
+    pip(sys.executable, "install", "--no-deps", "--target", str(target),
+        str(EXAMPLE))  # fmt: skip
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(target), before) if p)
+    sys.path.insert(0, str(target))
     importlib.invalidate_caches()
     registry.cache_clear()
     yield
-    if not there_before:
-        pip(sys.executable, "uninstall", "-y", DISTRIBUTION)
+    sys.path.remove(str(target))
+    if before is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = before
     registry.cache_clear()
-
-
-@pytest.fixture(scope="session")
-def celery_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of a fresh venv with only celery[redis] installed: another team's service."""
-    venv = tmp_path_factory.mktemp("celery-only") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    pip(python, "install", "celery[redis]>=5.7,<6")
-    return python
 
 
 def nightshift(*args: str) -> str:
@@ -75,6 +67,18 @@ def nightshift(*args: str) -> str:
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def journal_and_action_of(run_id: uuid.UUID) -> tuple[list[tuple[str, str, Any]], Action]:
+    with transaction() as session:
+        entries = session.execute(
+            select(JournalEntry.key, JournalEntry.step_name, JournalEntry.payload)
+            .where(JournalEntry.run_id == run_id)
+            .order_by(JournalEntry.id)
+        ).all()
+        action = session.scalars(select(Action).where(Action.run_id == run_id)).one()
+        session.expunge(action)
+    return [(e.key, e.step_name, e.payload) for e in entries], action
 
 
 def emails_under(email: EmailSandbox, team: str, date: str) -> int:
@@ -155,6 +159,18 @@ def test_a_users_package_is_listed_started_by_name_scheduled_and_sends_each_emai
     # then each digest went out exactly once
     assert emails_under(email, "ops", "2026-11-29") == 1
     assert emails_under(email, "payments", "2026-11-29") == 1
+
+    # and pipeline.testing, with no service, decides what the workers did: the same journal
+    # entries, the same arguments, the same action for the email (its key, service, arguments)
+    worked, email_action = journal_and_action_of(ops_run)
+    handover = json.loads(next(p["content"] for k, n, p in worked if n == "read_handover"))
+    offline_run = run_agent(get_agent("oncall_digest"), {"team": "ops", "date": "2026-11-29"},
+                            tools={"read_handover": handover})  # fmt: skip
+    assert [(e.key, e.step_name) for e in offline_run.journal] == [(k, n) for k, n, _ in worked]
+    (recorded,) = offline_run.actions
+    assert (recorded.key, recorded.service, recorded.args, recorded.requires_approval) == (
+        email_action.idempotency_key, email_action.service, email_action.args, False
+    )  # fmt: skip
 
     # the command line starts it too
     out = nightshift("start", "oncall_digest", "--input", '{"team": "web", "date": "2026-11-30"}')

@@ -17,9 +17,12 @@ from sqlalchemy import text, update
 from models import Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
+from pipeline.engine.leases import claim
+from pipeline.engine.time_limit import give_up
 from pipeline.runs import fanout
 from pipeline.runs.schedules import check_schedule
 from pipeline.runs.start import start_run
+from pipeline.runs.tick import tick
 from pipeline.slots import Schedule
 from pipeline.views.feed import START, FeedEvent, Subject, latest_position, read
 from tests.integration.api_fixtures import AUTH, client, live_server, make_app
@@ -110,6 +113,28 @@ def test_no_event_is_shown_before_its_transaction_commits_nor_any_after_it(
         open_txn.close()
 
 
+def test_following_from_the_latest_position_misses_nothing_still_open_and_repeats_nothing(
+    db_url: str, services: ServiceUrls
+) -> None:
+    # given a run, a transaction that changed it and is still open, and a later one that
+    # committed
+    run_id = start_run("nightly_report", REPORT).run_id
+    subject = Subject(run_id=run_id)
+    open_txn = psycopg.connect(services.admin_conninfo(db_url.rsplit("/", 1)[1]))
+    try:
+        open_txn.execute("UPDATE runs SET status = 'waiting', waiting_on = 'timer:x' "
+                         "WHERE id = %s", (run_id,))  # fmt: skip
+        start_run("nightly_report", {**REPORT, "team": "pricing"})
+        # when a page reads where to follow from (and then the run, without that change)
+        after = latest_position()
+        # then nothing before it comes again, and the open change comes once it commits
+        assert read(subject, after).events == []
+        open_txn.commit()
+        assert [e.type for e in read(subject, after).events] == ["waiting"]
+    finally:
+        open_txn.close()
+
+
 def test_a_transaction_open_in_another_database_does_not_hold_the_feed_back(
     db_url: str, services: ServiceUrls
 ) -> None:
@@ -142,7 +167,7 @@ def test_a_batch_feed_merges_its_runs_and_its_own_changes_and_ends_when_all_are_
             )
         synthesis = fanout.child_finished_txn(session, night.batch_id)
     assert synthesis is not None
-    assert not read(subject, latest_position(subject)).done
+    assert not read(subject, latest_position()).done
     with transaction() as session:
         session.execute(update(Run).where(Run.id == synthesis).values(status=RunStatus.SUCCEEDED))
         fanout.synthesis_finished_txn(session, synthesis, RunStatus.SUCCEEDED)
@@ -203,8 +228,12 @@ def test_the_event_stream_refuses_what_it_cannot_follow(db_url: str) -> None:
     missing = api.get(f"/runs/{uuid.uuid4()}/events", headers=AUTH)
     assert missing.status_code == 404 and "no run has id" in missing.json()["error"]
     assert api.get("/runs/nope/events", headers=AUTH).status_code == 404
-    bad = api.get(f"/runs/{run_id}/events", headers={**AUTH, "Last-Event-ID": "yesterday"})
-    assert bad.status_code == 422 and "not a position of this feed" in bad.json()["error"]
+    for resume in ("yesterday", "", "1-2x"):
+        bad = api.get(f"/runs/{run_id}/events", headers={**AUTH, "Last-Event-ID": resume})
+        assert bad.status_code == 422 and "not a position of this feed" in bad.json()["error"]
+    for after in ("", "1-", "123456789012345678901-1"):
+        bad = api.get(f"/runs/{run_id}/events?after={after}", headers=AUTH)
+        assert bad.status_code == 422 and "not a position of this feed" in bad.json()["error"]
     unknown = api.get("/batches/no:such:batch/events", headers=AUTH)
     assert unknown.status_code == 404 and "no batch has id" in unknown.json()["error"]
 
@@ -281,3 +310,53 @@ def test_watch_history_stamps_each_event_with_when_it_happened(
     # then each event line carries the event's own time, not the time it was printed
     stamps = [line.split("  ", 1)[0] for line in capsys.readouterr().out.splitlines()[1:]]
     assert stamps == [then.astimezone().strftime("%H:%M:%S")] * 2
+
+
+def _expire_lease(run_id: uuid.UUID) -> None:
+    with transaction() as session:
+        session.execute(
+            text("UPDATE runs SET lease_expires_at = now() - interval '1 second' WHERE id = :r"),
+            {"r": run_id},
+        )
+
+
+def test_a_step_says_which_attempt_it_is_only_after_a_failed_attempt(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a run whose step 0 is claimed and checkpointed, and step 1 claimed: two claims
+    # (runs.attempt = 2) and no failure
+    run_id = start_run("nightly_report", REPORT).run_id
+    assert claim(run_id, "w1:101", 15.0) is not None
+    with transaction() as session:
+        session.execute(
+            text("UPDATE runs SET step = 1, lease_owner = NULL, lease_expires_at = NULL "
+                 "WHERE id = :r"), {"r": run_id},
+        )  # fmt: skip
+    assert claim(run_id, "w1:101", 15.0) is not None
+    # when its holder is lost: once taken over by another worker's claim, once by the tick
+    _expire_lease(run_id)
+    assert claim(run_id, "w2:202", 15.0) is not None
+    _expire_lease(run_id)
+    assert run_id in tick().resumed
+    assert claim(run_id, "w3:303", 15.0) is not None
+    # and once its time bound gives the step up (a new fence, no holder: not a claim)
+    assert give_up(run_id, "w3:303", 15.0)
+    assert claim(run_id, "w4:404", 15.0) is not None
+
+    # then each claim's event, and only a claim's, says which attempt of its step it is: 1
+    # until one failed
+    starts = [e.data for e in everything(Subject(run_id=run_id)) if e.type == "step_started"]
+    assert [(s["step"], s["attempt"], s["step_attempt"]) for s in starts] == [
+        (0, 1, 1), (1, 2, 1), (1, 3, 2), (1, 4, 3), (1, 5, 4),
+    ]  # fmt: skip
+    # and watch shows an attempt only for a step started again after a failure
+    set_status(run_id, RunStatus.SUCCEEDED, stop_reason="completed")
+    assert main(["watch", str(run_id), "--history", "--interval", "0.1"]) == 0
+    started = [line for line in capsys.readouterr().out.splitlines() if "started on" in line]
+    assert [line.split("  ", 1)[1] for line in started] == [
+        "step 0 started on w1:101",
+        "step 1 started on w1:101",
+        "step 1 started on w2:202 (attempt 2)",
+        "step 1 started on w3:303 (attempt 3)",
+        "step 1 started on w4:404 (attempt 4)",
+    ]

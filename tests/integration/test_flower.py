@@ -83,6 +83,13 @@ def test_step_tasks_carry_keywords_and_control_tasks_stay_out_of_flower(
     assert sorted(k["step"] for k in kwargs) == list(range(done.step))
     assert all(k["run_id"] == str(run_id) and k["agent"] == "nightly_report" for k in kwargs)
     assert all("batch" in k for k in kwargs)
+    # and Flower's kwargs column reads agent, step and a short run id first
+    short = str(run_id)[:8]
+    first = "{{'agent': 'nightly_report', 'step': {step}, 'run': '{run}'"
+    assert all(
+        e["kwargs"].startswith(first.format(step=k["step"], run=short))
+        for e, k in zip(ours, kwargs, strict=True)
+    )
 
     # and the tick ran on this worker, but sent no event Flower would list
     assert "Sending due task tick" in beat.log() or "pipeline.tick" in beat.log()

@@ -3,11 +3,17 @@ on start (the enable_events control command, repeated while it runs) turns them 
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from pipeline.runs.start import start_run
@@ -96,7 +102,7 @@ def test_steps_send_no_task_events_until_flower_enables_them(
 
 
 def wait_for_events(events: Events, tasks: int) -> dict[str, set[str]]:
-    from pipeline.local.processes import wait_for
+    from pipeline.processes.celery_process import wait_for
 
     def complete() -> dict[str, set[str]] | None:
         by_task = events.of_steps()
@@ -104,3 +110,35 @@ def wait_for_events(events: Events, tasks: int) -> dict[str, set[str]]:
         return by_task if len(done) >= tasks else None
 
     return wait_for(complete, timeout=10, what=f"task events of {tasks} steps")
+
+
+def test_nightshift_flower_shows_the_step_kwargs_second(tmp_path: Path) -> None:
+    # given nightshift flower with its own columns
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log_path = tmp_path / "flower.log"
+    with log_path.open("w") as log:
+        flower = subprocess.Popen(
+            [str(Path(sys.executable).with_name("nightshift")), "flower", "--no-auth",
+             f"--port={port}"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            # when a person opens its task list, then a step reads "agent, step, run" second
+            page = _get_when_up(f"http://127.0.0.1:{port}/tasks", log_path)
+        finally:
+            flower.terminate()
+            flower.wait(timeout=10)
+    headers = [cell.split("</th>")[0].split(">")[-1].strip() for cell in page.split("<th")[1:]]
+    assert [h for h in headers if h][:3] == ["Name", "kwargs", "State"], headers
+
+
+def _get_when_up(url: str, log_path: Path) -> str:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(url, timeout=5).text
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)

@@ -14,16 +14,14 @@ import pytest
 
 from pipeline.db import transaction
 from pipeline.engine.holders import Holder, holder_here, is_certainly_gone
-from pipeline.engine.leases import Lease, claim, claim_from_dead_txn
+from pipeline.engine.leases import Lease, claim
 from pipeline.runs.start import create_run_txn
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 _TAKE_OVER = """
 import sys, uuid
-from pipeline.db import transaction
-from pipeline.engine.leases import claim_from_dead_txn
-with transaction() as session:
-    print(claim_from_dead_txn(session, uuid.UUID(sys.argv[1]), "other-worker", 30))
+from pipeline.engine.leases import claim
+print(claim(uuid.UUID(sys.argv[1]), "other-worker", 30))
 """
 
 
@@ -36,8 +34,8 @@ def held_by(owner: str) -> uuid.UUID:
 
 
 def take_over(run_id: uuid.UUID) -> Lease | None:
-    with transaction() as session:
-        return claim_from_dead_txn(session, run_id, "other-worker", lease_seconds=30)
+    """A claim by another worker, while the holder's lease is still live."""
+    return claim(run_id, "other-worker", lease_seconds=30)
 
 
 def exited_process_holder() -> str:

@@ -1,4 +1,4 @@
-"""Invoice reminders with real workers: one email per overdue invoice and ISO week, one per step,
+"""Invoice reminders with real workers: one email per client and ISO week, one per step,
 so a worker killed after the third email resumes at the fourth and nobody hears twice."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ REMINDERS = Schedule(
     timezone=BERLIN, overlap=Overlap.SKIP,
 )  # fmt: skip
 MONDAY = datetime(2026, 11, 30, 9, 5, tzinfo=BERLIN)  # ISO week 2026-W49
-KEYS = {f"invoice_reminders:{invoice['invoice']}:2026-W49" for invoice in OVERDUE_INVOICES}
+CLIENTS = {str(invoice["client"]) for invoice in OVERDUE_INVOICES}
+KEYS = {f"invoice-reminder:{client}:2026-W49" for client in CLIENTS}
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 
@@ -58,6 +59,8 @@ def test_a_worker_killed_after_the_third_reminder_resumes_at_the_fourth(
     deliveries = sandbox.email.deliveries()
     duplicate_report.append(len(deliveries) - len(KEYS))
     assert sorted(d["key"] for d in deliveries) == sorted(KEYS)
+    [acme] = [d for d in deliveries if d["key"] == "invoice-reminder:acme:2026-W49"]
+    assert "INV-2026-1040, INV-2026-1050" in acme["subject"], "one reminder for both invoices"
     with transaction() as session:
         actions = {a.idempotency_key: a for a in session.scalars(select(Action))}
         sends = session.scalars(

@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from models import Run, WorkerHeartbeat
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.local.processes import wait_for
+from pipeline.processes.celery_process import wait_for
 from pipeline.runs.start import start_run
 from pipeline.runs.workers import heartbeat
 from tests.integration.api_fixtures import client

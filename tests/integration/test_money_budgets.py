@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from models import Alert, Batch, BatchStatus, JournalEntry, Run, RunStatus
-from pipeline.agent import BatchPlan
+from pipeline.agent_definition import BatchPlan
 from pipeline.db import transaction
 from pipeline.engine.usage import COUNTERS
 from pipeline.runs.fanout import create_batch_txn
@@ -117,7 +117,9 @@ def test_a_run_stops_before_the_call_that_would_start_past_its_money_cap(
     kind, subject, message = alerts()[0]
     assert (kind, subject) == ("budget_max_cost", f"run:{run_id}")
     assert "the limit is $0.0500" in message
-    assert [(e["kind"], e["subject"]) for e in priced.log.entries()] == [(kind, subject)]
+    # and its webhook went out once (sent by the worker's senders, after the stop's commit)
+    delivered = wait_for(priced.log.entries, timeout=30, what="the alert's webhook")
+    assert [(e["kind"], e["subject"]) for e in delivered] == [(kind, subject)]
 
 
 def test_a_batch_stops_at_its_tool_call_cap(
@@ -188,5 +190,7 @@ def test_the_nightly_cap_warns_first_then_stops_every_batch_of_the_night(
     assert [kind for kind, _, _ in raised] == ["nightly_budget_warning", "nightly_budget"]
     assert raised[0][1] == raised[1][1] and raised[0][1].startswith("night:")
     assert "of the nightly cap" in raised[0][2] and "the nightly cap is" in raised[1][2]
+    # and each alert's webhook went out once (sent by the worker's senders after its commit)
+    wait_for(lambda: len(priced.log.entries()) >= len(raised), timeout=30, what="the webhooks")
     webhook = [(e["kind"], e["subject"]) for e in priced.log.entries()]
     assert webhook == [(kind, subject) for kind, subject, _ in raised]

@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from models import ActionState, Notification, Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.engine.notify import Delivery, deliver
+from pipeline.engine.notification_sender import Delivery, deliver
 from pipeline.errors import InvalidInput
 from pipeline.runs import fanout
 from pipeline.runs.decisions import Actor, Decision, decide
@@ -42,6 +42,7 @@ def hooks(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     """A receiver that honours Idempotency-Key and checks signatures with the shared secret."""
     receiver = HookSandbox(secret=SECRET, log_path=tmp_path / "hooks.jsonl").start()
     monkeypatch.setenv("NIGHTSHIFT_NOTIFY_SECRET", SECRET)
+    monkeypatch.setenv("NIGHTSHIFT_NOTIFY_ALLOWED", "127.0.0.1")  # the receiver is local
     get_settings.cache_clear()
     yield receiver
     receiver.stop()
@@ -165,6 +166,34 @@ def test_a_receiver_that_is_down_is_sent_the_event_again_later_and_gets_it_once(
     assert [r["action"] for r in hooks.requests()] == ["refused", "refused", "delivered"]
     body = hooks.deliveries()[0]["body"]
     assert (body["run"]["status"], body["run"]["error"]) == ("failed", "too late")
+
+
+def test_a_receiver_that_fails_is_probed_by_one_notification_and_the_rest_follow_its_answer(
+    hooks: HookSandbox,
+) -> None:
+    # given three runs that finished, each owing the same receiver a notification
+    url = f"{hooks.url}/hooks/ops"
+    for day in (1, 2, 3):
+        run_id = start_run("nightly_report", {**REPORT, "date": f"2026-11-0{day}"}, notify_url=url)
+        set_status(run_id.run_id, RunStatus.SUCCEEDED)
+    first, *others = notifications()
+
+    # when the first is answered 503: the others are put off in their rows, past its retry
+    httpx.post(f"{hooks.url}/_control/fail", json={"times": 1, "status": 503}).raise_for_status()
+    assert deliver(first.id) is Delivery.RETRY
+    probe = notifications()[0]
+    for put_off in notifications()[1:]:
+        assert put_off.next_attempt_at > probe.next_attempt_at and put_off.attempts == 0
+        assert "its receiver failed just before (HTTP 503" in (put_off.error or "")
+    assert [deliver(n.id) for n in others] == [Delivery.SKIPPED] * 2  # not due: nothing sent
+    assert tick().notified == []
+
+    # then the probe is tried when its retry is due, and once it is received the others are
+    # due at once (not at the end of their put-off)
+    wait_for(lambda: tick().notified == [first.id], timeout=30, what="the probe to be due")
+    assert deliver(first.id) is Delivery.DELIVERED
+    assert [deliver(n.id) for n in others] == [Delivery.DELIVERED] * 2
+    assert [r["action"] for r in hooks.requests()] == ["refused", *["delivered"] * 3]
 
 
 def test_a_receiver_that_refuses_fails_the_notification_without_more_attempts(

@@ -1,5 +1,5 @@
 """Outbound email with real workers and the real SDK: a model talked into mailing x@evil reaches
-only the recipient the run or the invoice's record names, and a run's email cap holds across a
+only the recipient the run or the client's record names, and a run's email cap holds across a
 worker killed mid-run (it counts the run's recorded actions, not attempts in memory)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import tool_results, wait_for, wait_for_status
 
 EVIL = "x@evil.example"
-BOGUS = "INV-0000-0000"
-"""An invoice the billing service has never heard of."""
+BOGUS = "initrode"
+"""A client the billing service has never heard of."""
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.NEEDS_ATTENTION.value}
 
 
@@ -80,11 +80,11 @@ def test_a_report_model_told_to_mail_x_at_evil_mails_only_the_runs_recipient(
     assert [d["to"] for d in sandbox.email.deliveries()] == ["ops-lead@acme.example"]
 
 
-def test_a_reminder_model_reaches_only_the_invoices_own_contacts(
+def test_a_reminder_model_reaches_only_the_clients_own_contacts(
     sandbox: Sandbox, processes: ProcessFactory
 ) -> None:
-    # given a model that tries a recipient of its own, then an invoice nobody issued
-    tricks = [{"to": EVIL}, {"invoice": BOGUS}]
+    # given a model that tries a recipient of its own, then a client nobody billed
+    tricks = [{"to": EVIL}, {"client": BOGUS}]
     sandbox.messages.responder = obeys_the_page("send_invoice_reminder", tricks)
     processes("w1")
 
@@ -92,13 +92,13 @@ def test_a_reminder_model_reaches_only_the_invoices_own_contacts(
     run_id = start_run("invoice_reminders", {"date": "2026-11-30"}).run_id
     row = wait_for_status(run_id, DONE, timeout=90)
 
-    # then every email went to an overdue invoice's own contact, once, and none to x@evil
+    # then every email went to an overdue client's own contact, once, and none to x@evil
     assert row.status == RunStatus.SUCCEEDED, row.error
-    contacts = sorted(str(invoice["email"]) for invoice in OVERDUE_INVOICES)
+    contacts = sorted({str(invoice["email"]) for invoice in OVERDUE_INVOICES})
     assert sorted(d["to"] for d in sandbox.email.deliveries()) == contacts
     first, second = tool_results(run_id, "send_invoice_reminder")[:2]
     assert first["is_error"] and "'to'" in first["content"], first
-    assert second["is_error"] and f"no invoice {BOGUS!r}" in second["content"], second
+    assert second["is_error"] and f"no client {BOGUS!r}" in second["content"], second
     assert "10 sent" in row.result["text"] and BOGUS in row.result["text"]
 
 

@@ -21,8 +21,8 @@ import pytest
 from models import RunStatus
 from pipeline import embedded
 from pipeline.db import dispose_all
-from pipeline.local.processes import CeleryProcess
 from pipeline.migrate import upgrade
+from pipeline.processes.celery_process import CeleryProcess
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.settings import get_settings
 from tests.support import run_row, wait_for_status

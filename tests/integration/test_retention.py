@@ -1,11 +1,10 @@
-"""Retention: only old finished runs without open obligations lose their bulky payloads and
-files; each keeps its compact record; a dry run changes nothing."""
+"""Retention: old finished runs lose their payloads and artifacts' contents and keep a compact
+record; an open obligation keeps its action whole; a dry run changes nothing."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from models import Action, ActionState, Artifact, JournalEntry, Run, RunEvent, R
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.engine import artifacts
-from pipeline.runs.retention import RetentionConfig, cleanup
+from pipeline.runs.retention import cleanup
 from pipeline.runs.start import create_run_txn
 from pipeline.settings import get_settings
 
@@ -33,8 +32,8 @@ TOOL_RESULT = {"tool_use_id": "toolu_1", "name": "fetch_source", "content": "x" 
 
 def finished_run(
     status: RunStatus, days_ago: float, action_state: ActionState | None = None
-) -> tuple[uuid.UUID, Path]:
-    """A finished run with a journal, an artifact file and (optionally) one action."""
+) -> tuple[uuid.UUID, int]:
+    """A finished run with a journal, an artifact and (optionally) one action."""
     with transaction() as session:
         run_id = create_run_txn(session, "nightly_report", REPORT).run_id
         session.execute(
@@ -50,8 +49,8 @@ def finished_run(
             name = "ask_model" if key.startswith("model") else "fetch_source"
             session.add(JournalEntry(run_id=run_id, key=key, step=0, step_name=name,
                                      payload=payload))  # fmt: skip
-        ref = artifacts.write_file(get_settings().artifact_dir, run_id, "report", "# r\n" * 500)
-        artifacts.record_txn(session, run_id, ref, "text/markdown")
+        report = artifacts.prepare(run_id, "report", "# r\n" * 500, "text/markdown", 10**6)
+        artifacts.store_txn(session, report)
         if action_state is not None:
             session.add(
                 Action(
@@ -67,7 +66,7 @@ def finished_run(
                     approvers=[],
                 )
             )
-    return run_id, Path(ref["path"])
+    return run_id, report.ref["id"]
 
 
 def journal(run_id: uuid.UUID) -> list[tuple[dict[str, Any], bool]]:
@@ -80,14 +79,18 @@ def journal(run_id: uuid.UUID) -> list[tuple[dict[str, Any], bool]]:
         ]
 
 
-def artifact_deleted(run_id: uuid.UUID) -> bool:
+def artifact_kept(artifact_id: int) -> bool:
+    """True: its content is there; False: retention deleted it (and the row says when)."""
     with transaction() as session:
-        row = session.scalars(select(Artifact).where(Artifact.run_id == run_id)).one()
-        return row.deleted_at is not None
+        content, deleted_at = session.execute(
+            select(Artifact.content, Artifact.deleted_at).where(Artifact.id == artifact_id)
+        ).one()
+    assert (content is None) == (deleted_at is not None), "content goes with deleted_at"
+    return content is not None
 
 
 @pytest.fixture
-def night(db_url: str) -> dict[str, tuple[uuid.UUID, Path]]:
+def night(db_url: str) -> dict[str, tuple[uuid.UUID, int]]:
     """Old finished runs, old runs with open obligations, recent and unfinished runs."""
     runs = {
         "old succeeded": finished_run(RunStatus.SUCCEEDED, 45, ActionState.CONFIRMED),
@@ -114,7 +117,13 @@ def night(db_url: str) -> dict[str, tuple[uuid.UUID, Path]]:
     return runs
 
 
-COMPACTED = {"old succeeded", "old failed"}
+COMPACTED = {
+    "old succeeded",
+    "old failed",
+    "old cancelled, approval pending",
+    "old failed, outcome unknown",
+}
+OBLIGED = {"old cancelled, approval pending", "old failed, outcome unknown"}
 
 
 def feed_events(run_id: uuid.UUID) -> int:
@@ -124,65 +133,66 @@ def feed_events(run_id: uuid.UUID) -> int:
 
 
 def test_a_dry_run_says_what_would_go_and_changes_nothing(
-    night: dict[str, tuple[uuid.UUID, Path]], capsys: pytest.CaptureFixture[str]
+    night: dict[str, tuple[uuid.UUID, int]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = cleanup(dry_run=True)
     names = {run_id: name for name, (run_id, _) in night.items()}
     assert {names[c.run_id] for c in report.compacted} == COMPACTED
-    assert {names[k.run_id] for k in report.kept} == {
-        "old cancelled, approval pending",
-        "old failed, outcome unknown",
-    }
+    assert {names[k.run_id] for k in report.kept} == OBLIGED
     [succeeded] = [c for c in report.compacted if c.run_id == night["old succeeded"][0]]
     assert succeeded.journal_entries == 2 and succeeded.journal_bytes > 5000
-    assert succeeded.artifact_files == 1 and succeeded.artifact_bytes == 2000
-    for run_id, path in night.values():
-        assert path.exists() and not artifact_deleted(run_id)
+    assert succeeded.artifacts == 1 and succeeded.artifact_bytes == 2000
+    for run_id, artifact_id in night.values():
+        assert artifact_kept(artifact_id)
         assert not any(compacted for _, compacted in journal(run_id))
 
     # and the command prints the same
     assert main(["cleanup", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "would compact 2 run(s)" in out
+    assert "would compact 4 run(s)" in out and "would delete 0 compact record(s)" in out
     assert "1 action(s) pending_approval" in out and "1 action(s) outcome_unknown" in out
 
 
-def test_cleanup_compacts_only_old_finished_runs_without_obligations(
-    night: dict[str, tuple[uuid.UUID, Path]],
+def test_cleanup_compacts_old_finished_runs_and_keeps_open_obligations_whole(
+    night: dict[str, tuple[uuid.UUID, int]],
 ) -> None:
     # when the daily cleanup runs with the default age (30 days)
     report = cleanup()
-    assert len(report.compacted) == 2 and not report.dry_run
+    assert len(report.compacted) == 4 and not report.dry_run
 
-    for name, (run_id, path) in night.items():
+    for name, (run_id, artifact_id) in night.items():
         entries = journal(run_id)
         if name in COMPACTED:
-            # then old finished runs keep a one-line summary per entry, and lose their files
+            # then old finished runs keep an outline per entry, none of its text, and lose
+            # their artifacts' contents
             assert [compacted for _, compacted in entries] == [True, True]
             model, tool = (payload for payload, _ in entries)
             assert model == {
                 "compacted": True,
-                "summary": "model [1200/80 tok] 'Reading incidents.'; asks fetch_source("
-                '{"name": "x"})',
+                "outline": True,
+                "summary": "model [1200/80 tok]; asks fetch_source",
             }
-            assert tool["compacted"] is True and tool["summary"].startswith("fetch_source -> ok")
-            assert not path.exists() and artifact_deleted(run_id)
+            assert tool == {"compacted": True, "outline": True, "summary": "fetch_source -> ok"}
+            assert not artifact_kept(artifact_id)
             assert feed_events(run_id) == 0  # the live feed served its purpose
         else:
             # and every other run is untouched
             assert entries == [(MODEL_REPLY, False), (TOOL_RESULT, False)], name
-            assert path.exists() and not artifact_deleted(run_id), name
+            assert artifact_kept(artifact_id), name
             assert feed_events(run_id) > 0, name
 
-    # and the compact record stays: status, result, reason, usage and the key decisions
+    # and the compact record stays: status, reason, usage and the key decisions, not the
+    # input or result
     with transaction() as session:
         run = session.get(Run, night["old succeeded"][0])
         assert run is not None
-        assert (run.status, run.result, run.stop_reason) == (
+        assert (run.status, run.input, run.result, run.stop_reason) == (
             RunStatus.SUCCEEDED,
-            {"text": "report sent"},
+            {"redacted": True},
+            {"redacted": True},
             "completed",
         )
+        assert run.compacted_at is not None
         assert (run.step, run.input_tokens, run.output_tokens) == (2, 1200, 80)
         kept = session.scalars(select(Action).where(Action.run_id == run.id)).one()
         assert (kept.state, kept.decision, kept.decided_by) == (
@@ -190,24 +200,38 @@ def test_cleanup_compacts_only_old_finished_runs_without_obligations(
             "approve",
             "alice@example.com",
         )
+        assert kept.args == {"redacted": True}
+        # but an open obligation keeps what a lookup, a resend or an approver needs
+        for name in OBLIGED:
+            owed = session.scalars(select(Action).where(Action.run_id == night[name][0])).one()
+            assert owed.args == {"to": "ops@example.com"}, name
 
     # and a second cleanup finds nothing left to do
     assert cleanup().compacted == []
 
 
 def test_the_age_comes_from_the_environment_or_the_command(
-    night: dict[str, tuple[uuid.UUID, Path]],
+    night: dict[str, tuple[uuid.UUID, int]],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("NIGHTSHIFT_RETENTION_DAYS", "50")
-    assert RetentionConfig.from_env().days == 50
-    assert cleanup(dry_run=True).compacted == []  # the only unobliged 50-day-old run is waiting
-    assert main(["cleanup", "--older-than", "1", "--json"]) == 0
+    monkeypatch.setenv("NIGHTSHIFT_RETENTION_DAYS", "61")
+    get_settings.cache_clear()
+    assert get_settings().retention_days == 61
+    assert cleanup(dry_run=True).compacted == []  # the only 61-day-old run is waiting
+    assert main(["retention", "--older-than", "1", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert len(printed["compacted"]) == 3 and printed["dry_run"] is False
-    assert main(["cleanup", "--older-than", "0"]) == 2
+    assert len(printed["compacted"]) == 5 and printed["dry_run"] is False
+    assert main(["retention", "--older-than", "0"]) == 2
     assert "--older-than must be at least 1 day" in capsys.readouterr().err
+    assert main(["retention", "--delete-after", "0.5"]) == 2
+    assert "--delete-after must be at least 1 day" in capsys.readouterr().err
     monkeypatch.setenv("NIGHTSHIFT_RETENTION_DAYS", "soon")
+    get_settings.cache_clear()
     assert main(["cleanup"]) == 2
     assert "NIGHTSHIFT_RETENTION_DAYS must be a number" in capsys.readouterr().err
+    monkeypatch.setenv("NIGHTSHIFT_RETENTION_DAYS", "30")
+    monkeypatch.setenv("NIGHTSHIFT_RETENTION_DELETE_DAYS", "0")
+    get_settings.cache_clear()
+    assert main(["retention", "--dry-run"]) == 2
+    assert "NIGHTSHIFT_RETENTION_DELETE_DAYS must be at least 1" in capsys.readouterr().err

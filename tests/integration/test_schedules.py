@@ -28,7 +28,7 @@ from models import (
 )
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.engine.step import Outcome, execute_step
+from pipeline.engine.step import StepOutcome, execute_step
 from pipeline.errors import StatusConflict, UnknownAgent
 from pipeline.keys import slot_key
 from pipeline.runs.decisions import Decision, decide
@@ -39,6 +39,7 @@ from pipeline.settings import get_settings
 from pipeline.slots import Missed, Overlap, Schedule, ScheduleError
 from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory
+from tests.support import nightshift
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -352,7 +353,7 @@ def test_overlap_cancel_other_cancels_the_unfinished_runs_of_a_running_batch(
 
     # and when the cancelled child stops at its next check and the tick looks for batches
     # to join, the old batch stays stopped: it never starts its synthesis (finding 6c)
-    assert execute_step(running, "test-worker").outcome is Outcome.STOPPED
+    assert execute_step(running, "test-worker").outcome is StepOutcome.STOPPED
     assert run(running).status is RunStatus.CANCELLED
     tick()
     old = batch_row(first.batch_id)
@@ -460,6 +461,22 @@ def test_schedules_list_and_fire_on_the_command_line(
     assert main(["schedules", "list"]) == 0
     assert "(not registered)" in capsys.readouterr().out
     assert main(["schedules", "fire", "nope"]) == 2
+
+
+def test_schedules_fire_says_its_decision_once(db_url: str, tmp_path: Path) -> None:
+    # given an hourly schedule
+    path = tmp_path / "schedules.json"
+    path.write_text(json.dumps([{"name": "hourly", "job": "nightly_report", "minute": "0",
+                                 "params": {"team": "ops"}}]))  # fmt: skip
+    # when an operator fires its latest slot with the real command, then fires it again
+    fired = nightshift("schedules", "fire", "hourly", NIGHTSHIFT_SCHEDULES_FILE=str(path))
+    again = nightshift("schedules", "fire", "hourly", NIGHTSHIFT_SCHEDULES_FILE=str(path))
+    # then each says what the slot decided once, in its own words, and logs nothing beside it
+    for done, decided in ((fired, ": fired"), (again, "was already recorded: fired")):
+        assert done.returncode == 0, done.stderr
+        said = done.stdout + done.stderr
+        assert said.count(decided) == 1 and said.count("slot") == 1, said
+        assert done.stderr == "", said
 
 
 # -- two real beats -------------------------------------------------------------------------

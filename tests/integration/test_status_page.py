@@ -35,6 +35,7 @@ from tests.integration.api_fixtures import (
     make_app,
     park_on_approval,
     person_token,
+    submit_login,
 )
 from tests.integration.conftest import ProcessFactory
 from tests.support import run_row, wait_for_status
@@ -60,7 +61,7 @@ def page_client(db_url: str) -> TestClient:
 def sign_in(api: TestClient, who: str = "alice@example.com") -> str:
     """Sign in with a token of `who`'s own; returns the CSRF token the pages carry."""
     token = person_token(who)
-    response = api.post("/ui/login", data={"token": token}, follow_redirects=False)
+    response = submit_login(api, {"token": token}, follow_redirects=False)
     assert response.status_code == 303, response.text
     dashboard = api.get("/ui")
     match = re.search(r'name="csrf" value="([^"]+)"', dashboard.text)
@@ -75,18 +76,17 @@ def test_signing_in_sets_a_strict_http_only_cookie_without_the_token(
     anonymous = page_client.get("/ui", follow_redirects=False)
     assert (anonymous.status_code, anonymous.headers["location"]) == (303, "/ui/login")
     # a wrong token is refused, with no cookie
-    wrong = page_client.post("/ui/login", data={"token": "nst_guess-guess-guess-1"})
+    wrong = submit_login(page_client, {"token": "nst_guess-guess-guess-1"})
     assert wrong.status_code == 401 and "unknown or revoked" in wrong.text
-    assert "set-cookie" not in wrong.headers
+    assert "nightshift_session" not in wrong.cookies
     # the shared API token names nobody, so it signs nobody in (finding 2: "who" was typed)
-    shared = page_client.post("/ui/login", data={"who": "alice@example.com", "token": TOKEN})
+    shared = submit_login(page_client, {"who": "alice@example.com", "token": TOKEN})
     assert shared.status_code == 401 and "your own token" in shared.text
-    assert "set-cookie" not in shared.headers
+    assert "nightshift_session" not in shared.cookies
     # a person's own token sets a session cookie that scripts cannot read nor sites send
     mine = person_token("alice@example.com")
-    ok = page_client.post("/ui/login", data={"token": mine}, follow_redirects=False)
-    cookie = ok.headers["set-cookie"]
-    assert cookie.startswith("nightshift_session=")
+    ok = submit_login(page_client, {"token": mine}, follow_redirects=False)
+    [cookie] = [c for c in ok.headers.get_list("set-cookie") if c.startswith("nightshift_session=")]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert mine not in cookie
     # the pages are not framable and run no inline script
@@ -175,6 +175,24 @@ def test_runs_batches_and_a_timeline_are_shown(page_client: TestClient) -> None:
     assert missing.status_code == 404 and "no run has id" in missing.text
 
 
+def test_a_runs_page_shows_attempts_only_when_one_failed(page_client: TestClient) -> None:
+    # given a run claimed three times, once per step, that never crashed
+    run_id = park_on_approval()
+    with transaction() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(attempt=3))
+    sign_in(page_client)
+    # then its page says nothing of attempts
+    page = page_client.get(f"/ui/runs/{run_id}").text
+    assert "<dt>attempts</dt>" not in page and "failed attempts" not in page
+    # and once an attempt of its step 2 failed, it says so, with the claims in all
+    with transaction() as session:
+        session.execute(
+            update(Run).where(Run.id == run_id).values(failed_step=2, failed_attempts=1)
+        )
+    page = page_client.get(f"/ui/runs/{run_id}").text
+    assert "<dt>failed attempts</dt>" in page and "1 of step 2 (3 claims in all)" in page
+
+
 def test_an_artifact_is_shown_rendered_and_escaped_and_a_long_input_collapsed(
     page_client: TestClient,
 ) -> None:
@@ -185,8 +203,9 @@ def test_an_artifact_is_shown_rendered_and_escaped_and_a_long_input_collapsed(
         "# Report\n\nAll **fine**. <script>alert(1)</script>\n\n[click](javascript:alert(1))\n"
     )
     with transaction() as session:
-        ref = artifacts.write_file(get_settings().artifact_dir, run_id, "report", document)
-        artifacts.record_txn(session, run_id, ref, "text/markdown")
+        artifacts.store_txn(
+            session, artifacts.prepare(run_id, "report", document, "text/markdown", 10**6)
+        )
         session.execute(update(Run).where(Run.id == run_id).values(input=long_input))
         result = {"tool_use_id": "t1", "name": "draft_fix", "content": "line one\nline two"}
         session.add(JournalEntry(run_id=run_id, key="tool:t1", step=0, step_name="draft_fix",
@@ -374,7 +393,7 @@ def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
 def test_a_revoked_token_ends_its_sessions_at_once(page_client: TestClient) -> None:
     park_on_approval()
     token = person_token("alice@example.com")
-    assert page_client.post("/ui/login", data={"token": token}).status_code == 200
+    assert submit_login(page_client, {"token": token}).status_code == 200
     assert page_client.get("/ui", follow_redirects=False).status_code == 200
     revoke_token(token[:12], by="test")
     assert page_client.get("/ui", follow_redirects=False).status_code == 303

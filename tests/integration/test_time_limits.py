@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from models import JournalEntry, RunStatus
 from pipeline.db import transaction
-from pipeline.engine.step import Outcome
+from pipeline.engine.step import StepOutcome
 from pipeline.runs.start import start_run
 from pipeline.settings import STEP_GIVE_UP_SECONDS, get_settings
 from tests.integration.conftest import ProcessFactory
@@ -123,7 +123,7 @@ def test_a_step_whose_tool_hangs_is_given_up_at_its_time_limit_and_the_run_goes_
         timeout=10,
         what="the abandoned step to end",
     )
-    assert ended.group(1) == Outcome.LEASE_LOST.value
+    assert ended.group(1) == StepOutcome.LEASE_LOST.value
     # and no step message was delivered twice, the hung step's included
     received = deliveries(worker.log())
     assert received[task_id] == 1, worker.log()[-3000:]

@@ -81,13 +81,19 @@ def test_a_long_poll_answers_at_once_for_a_settled_run_and_at_the_timeout_otherw
     waiting = start_run("nightly_report", REPORT).run_id
     set_status(waiting, RunStatus.WAITING, waiting_on="approval:pr:1")
     began = time.monotonic()
-    shown = api.get(f"/runs/{waiting}?wait=30", headers=AUTH).json()["run"]
+    answer = api.get(f"/runs/{waiting}?wait=30", headers=AUTH).json()
+    shown = answer["run"]
     assert shown["status"] == "waiting" and time.monotonic() - began < 2
+    # with the outcome POST /runs?wait= gives
+    assert answer["outcome"]["status"] == "waiting"
+    assert answer["outcome"]["waiting_on"] == "approval:pr:1"
     running = start_run("nightly_report", {**REPORT, "team": "pricing"}).run_id
     began = time.monotonic()
     still = api.get(f"/runs/{running}?wait=1", headers=AUTH)
     assert 1 <= time.monotonic() - began < 4
     assert still.status_code == 200 and still.json()["run"]["status"] == "running"
+    assert still.json()["outcome"]["status"] == "running"
+    assert "outcome" not in api.get(f"/runs/{running}", headers=AUTH).json()
     # bad waits and unknown runs are refused before any waiting
     for bad in ("-1", "121", "soon"):
         refused = api.get(f"/runs/{running}?wait={bad}", headers=AUTH)

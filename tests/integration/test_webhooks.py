@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from models import ActionState, Event, Run, RunStatus
+from models import ActionState, ExternalEvent, Run, RunStatus
 from pipeline.api.tokens import revoke_token
 from pipeline.engine.signatures import BadSignature, signature, verify
 from tests.integration.api_fixtures import (
@@ -100,7 +100,7 @@ def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
     assert run_row(run_id).status == RunStatus.RUNNING
 
     # and a conflicting decision afterwards is refused
-    late = approval(api, {"decision": "reject", "by": "bob@example.com"})
+    late = approval(api, {"decision": "reject"})
     assert late.status_code == 409
     assert "already decided (approve by alice@example.com)" in late.json()["error"]
     assert action_row().state == ActionState.INTENDED
@@ -128,15 +128,17 @@ def test_decided_by_is_the_tokens_identity_whatever_the_body_says(api: TestClien
     park_on_approval(approvers=("alice@example.com",))
     mallory = person_token("mallory@example.com")
 
-    # when Mallory signs a body claiming to be Alice
+    # when Mallory signs a body claiming to be Alice, or approves as herself
     claimed = approval(api, {"decision": "approve", "by": "alice@example.com"}, token=mallory)
+    herself = approval(api, APPROVE, token=mallory)
 
-    # then the claim counts for nothing: Mallory is refused
-    assert claimed.status_code == 403
+    # then a name in the body is no field of a decision, and Mallory is refused
+    assert claimed.status_code == 422 and "'by'" in claimed.json()["error"]
+    assert herself.status_code == 403
     assert action_row().state == ActionState.PENDING_APPROVAL
 
-    # and when Alice's token approves with a body naming someone else, it is Alice's decision
-    decided = approval(api, {"decision": "approve", "by": "bob@example.com"})
+    # and when Alice's token approves, it is Alice's decision
+    decided = approval(api, APPROVE)
     assert decided.status_code == 200, decided.text
     assert decided.json()["decided_by"] == "alice@example.com"
     assert action_row().decided_by == "alice@example.com"
@@ -297,7 +299,7 @@ def test_an_event_starts_one_run_however_often_it_arrives(api: TestClient) -> No
     assert first.json()["duplicate"] is False
     assert again.status_code == 200
     assert again.json() == {"run_id": first.json()["run_id"], "duplicate": True, "deliveries": 2}
-    assert count(Run) == 1 and count(Event) == 1
+    assert count(Run) == 1 and count(ExternalEvent) == 1
 
 
 @pytest.mark.parametrize(
@@ -316,7 +318,7 @@ def test_a_bad_event_is_refused_and_starts_nothing(
     response = api.post(path, **signed(path, body))
     assert response.status_code == status, response.text
     assert words in response.json()["error"]
-    assert count(Run) == 0 and count(Event) == 0
+    assert count(Run) == 0 and count(ExternalEvent) == 0
     unsigned = api.post(path, json=body)
     assert unsigned.status_code == 401
 
@@ -329,7 +331,7 @@ def test_an_event_signed_for_one_source_is_refused_for_another(api: TestClient) 
     # nor does the approval secret sign events
     wrong_secret = signed("/events/ops-report-request", delivery, secret=APPROVAL_SECRET)
     assert api.post("/events/ops-report-request", **wrong_secret).status_code == 401
-    assert count(Run) == 0 and count(Event) == 0
+    assert count(Run) == 0 and count(ExternalEvent) == 0
 
 
 def readme_examples() -> list[tuple[str, str]]:
@@ -350,4 +352,4 @@ def test_the_readme_examples_sign_events_the_server_accepts(db_url: str) -> None
             done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
             assert done.returncode == 0, done.stderr
             assert '"duplicate"' in done.stdout or "'duplicate'" in done.stdout, done.stdout
-    assert count(Run) == 2 and count(Event) == 2
+    assert count(Run) == 2 and count(ExternalEvent) == 2

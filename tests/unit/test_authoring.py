@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 import pipeline
 from pipeline import Agent, SideEffect, ToolContext, text, tool
@@ -200,6 +200,12 @@ TOOL_MISTAKES = [
     (dict(side_effect=SideEffect(service="e", key=key, namespace="a:b")), "namespace 'a:b'"),
     (dict(side_effect=SideEffect(service="e", key=key, per_run_cap=-1)),
      "per_run_cap must be a count"),
+    (dict(side_effect=SideEffect(service="e", key=key, send_timeout=timedelta(0))),
+     "send_timeout must be a positive timedelta"),
+    (dict(side_effect=SideEffect(service="e", key=key, send_timeout=timedelta(days=2))),
+     "send_timeout must be a positive timedelta of at most a day"),
+    (dict(side_effect=SideEffect(service="e", key=key, send_timeout=30)),  # type: ignore[arg-type]
+     "send_timeout must be a positive timedelta"),
     (dict(side_effect=SideEffect(service="e", key=key, check=lambda args: None)),
      "check must take (args, context)"),
     (dict(requires_approval=True), "requires_approval=True needs a side_effect"),
@@ -276,6 +282,7 @@ AGENT_MISTAKES = [
     (dict(script="reply"), "agent 'mailer': script must be a function"),
     (dict(max_steps=0), "agent 'mailer': max_steps must be a positive integer"),
     (dict(event_sources=("ops",)), "agent 'mailer': event_sources holds a str"),
+    (dict(on_version_change="ask"), "agent 'mailer': on_version_change must be one of continue"),
 ]  # fmt: skip
 
 
@@ -296,3 +303,29 @@ def test_a_list_of_tools_is_accepted_as_a_tuple() -> None:
 def test_once_outside_a_running_step_is_refused_with_a_clear_error() -> None:
     with pytest.raises(OnceOutsideStep, match=r"once\(\) works only inside a tool"):
         pipeline.once("invoice-number", lambda: 1)
+
+
+class Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    team: str
+
+
+def test_a_pydantic_model_that_says_nothing_of_extra_fields_refuses_them() -> None:
+    @tool
+    def strict(reminder: Reminder, context: ToolContext) -> dict[str, Any]:
+        """Remind a client."""
+        return {}
+
+    @tool
+    def loose(args: Loose, context: ToolContext) -> dict[str, Any]:
+        """Chose to ignore what it does not know."""
+        return {}
+
+    # given a model that did not choose, a model's invented field is refused and said
+    assert strict.argument_errors({"client": "acme", "amount": 1, "cc": "x@evil.test"}) == [
+        "cc: Extra inputs are not permitted"
+    ]
+    assert strict.input_schema["additionalProperties"] is False
+    # and one that chose to ignore them keeps its choice
+    assert loose.argument_errors({"team": "ops", "cc": "x"}) == []
+    assert "additionalProperties" not in loose.input_schema

@@ -8,20 +8,24 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from pipeline.cli.main import main, parse
 from pipeline.registry import registry
+from pipeline.settings import get_settings
 
 
 @pytest.fixture
 def typed_agent_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("NIGHTSHIFT_AGENTS", "tests.fixture_agents:TYPED_REMINDERS")
     registry.cache_clear()
+    get_settings.cache_clear()
     yield
     monkeypatch.delenv("NIGHTSHIFT_AGENTS")
     registry.cache_clear()
+    get_settings.cache_clear()
 
 
 def test_a_worker_passes_celery_options_through_in_their_order() -> None:
@@ -94,3 +98,35 @@ def test_a_reader_that_stops_early_gets_no_traceback() -> None:
     # then it ends as a shell's SIGPIPE would, and says nothing
     assert command.returncode == 141
     assert err == ""
+
+
+def test_each_command_module_adds_the_commands_the_dispatcher_lists_for_it() -> None:
+    import argparse
+    import importlib
+
+    from pipeline.cli.main import COMMAND_MODULES
+
+    for module, listed in COMMAND_MODULES.items():
+        added: list[str] = []
+        sub = argparse.ArgumentParser().add_subparsers()
+
+        def add(
+            name: str, handler: object, help: str, added: list[str] = added, sub: Any = sub
+        ) -> object:
+            added.append(name)
+            return sub.add_parser(name)
+
+        importlib.import_module(module).register(add)
+        assert tuple(added) == listed, module
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from pipeline.cli.main import build_parser; build_parser(['agents']); "
+        "print('fastapi' in sys.modules, 'pipeline.cli.demo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

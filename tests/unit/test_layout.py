@@ -24,3 +24,11 @@ def test_the_runtime_imports_modules_not_the_public_api_package() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "pipeline" and not node.level:
                 offenders.append(f"{path.relative_to(PIPELINE.parent)}:{node.lineno}")
     assert not offenders, f"`from pipeline import ...` inside the runtime: {offenders}"
+
+
+def test_no_test_module_name_is_in_both_unit_and_integration() -> None:
+    # One name, one file: `pytest -k`, tracebacks and "which test_registry?" stay unambiguous.
+    tests = PIPELINE.parent / "tests"
+    unit = {p.name for p in (tests / "unit").glob("test_*.py")}
+    integration = {p.name for p in (tests / "integration").glob("test_*.py")}
+    assert not unit & integration, f"in both tests/unit and tests/integration: {unit & integration}"

@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from pipeline.agent import Agent, text
+from pipeline.agent_definition import Agent, text
 from pipeline.engine import stops
 from pipeline.engine.llm import request_for
 from pipeline.engine.usage import Usage
@@ -229,3 +229,14 @@ def test_malformed_model_prices_are_refused_with_the_setting_named(raw: str) -> 
 def test_the_default_price_applies_the_cache_multipliers_to_the_input_price() -> None:
     settings = Settings.from_env({"NIGHTSHIFT_PRICE_INPUT_PER_MTOK": "4"})
     assert settings.prices == PriceTable(ModelPrice(4.0, 15.0, cache_write=5.0, cache_read=0.4))
+
+
+def test_the_scripted_model_costs_nothing_and_a_real_one_is_priced() -> None:
+    from pipeline.engine.usage import SCRIPTED_MODEL, Usage
+    from pipeline.prices import ModelPrice, PriceTable
+
+    prices = PriceTable(default=ModelPrice(input=3, output=15, cache_write=3.75, cache_read=0.3))
+    usage = {"input_tokens": 1_000_000, "output_tokens": 0}
+    assert Usage.of({"model": SCRIPTED_MODEL, "usage": usage}, prices).cost_usd == 0
+    assert Usage.of({"model": "claude-sonnet-4-5", "usage": usage}, prices).cost_usd == 3
+    assert Usage.of({"model": SCRIPTED_MODEL, "usage": usage}, prices).input_tokens == 1_000_000

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.agents import patch
+from pipeline.agents import gitwork, patch
 from pipeline.errors import PermanentError
 from pipeline.sandbox.git_repos import (
     DEMO_FILE,
@@ -218,3 +218,61 @@ def test_a_worker_killed_mid_git_leaves_nothing_that_stops_the_next_one(
     assert call(patch.propose_fix, {"edits": [FIX]}, tmp_path)["tests"]["passed"] is True
     (root / "worktrees" / "patch__issue-42" / ".git").unlink()
     assert call(patch.propose_fix, {"edits": [FIX]}, tmp_path)["tests"]["passed"] is True
+
+
+def test_the_copies_and_worktrees_are_the_workers_user_s_alone(
+    remotes: Path, tmp_path: Path
+) -> None:
+    # given a worker whose other files are readable by all (umask 022)
+    old_umask = os.umask(0o022)
+    try:
+        # when Patch fetches the repository, checks out the issue's worktree and proposes a
+        # change that also adds a file in a new folder
+        added = {"path": "docs/notes/rounding.md", "old": "", "new": "Totals are in cents.\n"}
+        proposed = call(patch.propose_fix, {"edits": [FIX, added]}, tmp_path)
+    finally:
+        os.umask(old_umask)
+    assert proposed["tests"]["passed"] is True
+
+    # then no folder can be entered and no file read by another user of the machine
+    workdir = tmp_path / "data" / "patch"
+    tree = workdir / "acme__shop" / "worktrees" / "patch__issue-42"
+    assert (tree / "docs" / "notes" / "rounding.md").is_file()
+    kept = [workdir, *workdir.rglob("*")]
+    assert len(kept) > 50
+    shared = [f"{oct(p.lstat().st_mode & 0o777)} {p}" for p in kept if p.lstat().st_mode & 0o077]
+    assert shared == []
+
+
+def commit_files(work: Path, message: str, **files: str) -> None:
+    for name, text in files.items():
+        (work / name).write_text(text)
+    git("add", *files, cwd=work)
+    git("-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", message, cwd=work)
+    git("push", "-q", "origin", "HEAD:main", cwd=work)
+
+
+def test_a_damaged_local_copy_is_made_again_from_the_remote(tmp_path: Path) -> None:
+    # given a worker's copy of a repository that lost the tree of the base it fetched (what a
+    # crash left on a worker: from then on every fetch failed, the remote's next commit
+    # arriving as a delta against the tree the copy no longer has)
+    remotes = tmp_path / "remotes"
+    remote = remote_path(remotes, "acme/tiny")
+    remote.parent.mkdir(parents=True)
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    work = tmp_path / "work"
+    git("clone", "-q", str(remote), str(work), cwd=tmp_path)
+    commit_files(work, "one", a="a\n", b="b\n", c="c\n")
+    config = gitwork.GitConfig(url_template(remotes), tmp_path / "patch", ("true",), 60.0)
+    repository = gitwork.Repository(config, "acme/tiny")
+    with repository.locked():
+        base = repository.fetch()
+    tree = git("rev-parse", f"{base}^{{tree}}", cwd=repository.copy).strip()
+    (repository.copy / "objects" / tree[:2] / tree[2:]).unlink()
+    commit_files(work, "two", d="d\n")
+
+    # when it fetches again, then it makes the copy again and has the new base, whole
+    with repository.locked():
+        new_base = repository.fetch()
+    assert new_base == git("rev-parse", "HEAD", cwd=work).strip() != base
+    assert git("fsck", "--connectivity-only", "--no-dangling", cwd=repository.copy) == ""

@@ -3,6 +3,8 @@ way a registration can be wrong."""
 
 from __future__ import annotations
 
+from importlib.metadata import version as version_of
+
 import pytest
 
 from pipeline.errors import UnknownAgent
@@ -14,7 +16,7 @@ def declared(*paths: str) -> list[_Declared]:
 
 
 def test_the_shipped_agents_come_from_nightshifts_own_entry_points() -> None:
-    registry = build(_declared({}))
+    registry = build(_declared(""))
     assert {"nightly_report", "patch", "competitor_monitor", "invoice_reminders"} <= set(
         registry.agents
     )
@@ -25,10 +27,32 @@ def test_the_shipped_agents_come_from_nightshifts_own_entry_points() -> None:
 
 
 def test_nightshift_agents_adds_a_module_outside_the_package() -> None:
-    env = {"NIGHTSHIFT_AGENTS": " tests.fixture_agents:ECHO , "}
-    registry = build(_declared(env))
+    registry = build(_declared(" tests.fixture_agents:ECHO , "))
     assert registry.agent("echo_outside").tools[0].name == "shout"
     assert registry.agents["echo_outside"].source == "NIGHTSHIFT_AGENTS"
+
+
+def test_the_agent_version_changes_with_what_changes_behaviour_and_only_with_that() -> None:
+    def version(path: str, model: str = "script") -> str:
+        registered = build(declared(path)).agents["notifier"]
+        return registered.version(model)
+
+    first = version("tests.fixture_agents:NOTIFIER")
+    release, _, digest = first.partition("+")
+    assert release == "unpackaged" and len(digest) == 16  # tests/ is no distribution
+    shipped = build(_declared("")).agents["nightly_report"].version("script")
+    assert shipped.startswith(f"{version_of('nightshift')}+")
+    # a key function is code, which the digest cannot see; the definition it can
+    assert version("tests.fixture_agents:NOTIFIER_REKEYED") == first
+    assert version("tests.fixture_agents:NOTIFIER", model="claude-x") != first
+    changed = [
+        "NOTIFIER_NEXT",  # instructions
+        "NOTIFIER_RENAMED",  # a tool's name, the system prompt
+        "NOTIFIER_STRICTER",  # a tool's schema
+        "NOTIFIER_TO_CHAT",  # a side effect's service
+    ]
+    versions = {version(f"tests.fixture_agents:{name}") for name in changed}
+    assert len(versions) == len(changed) and first not in versions
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import anthropic
 import httpx
 import pytest
 
+from pipeline.retry import classify, retry_after
 from pipeline.sandbox import (
     EmailSandbox,
     GitHostSandbox,
@@ -343,8 +345,51 @@ def test_messages_api_faults_raise_the_sdk_errors(messages: MessagesSandbox) -> 
 
     assert reply.stop_reason == "end_turn"
     assert overloaded["status"] == 529
-    assert messages.stats() == {"requests": 7, "faults_served": 6, "faults_queued": 0}
+    assert messages.stats() == {
+        "requests": 7, "faults_served": 6, "faults_queued": 0, "outage_seconds_left": 0.0
+    }  # fmt: skip
     assert [e["fault"] for e in read_log(messages.log.path)] == [*faults, None]
+
+
+def test_messages_api_outage_answers_every_request_with_retry_after_for_a_while(
+    messages: MessagesSandbox,
+) -> None:
+    # given a provider rate-limiting everyone for a minute, asking for 20 s each time
+    hi: Any = [{"role": "user", "content": "hi"}]
+    with client(messages.url) as http:
+        started = http.post("/_control/outage", json={"status": 429, "seconds": 60,
+                                                       "retry_after": 20})  # fmt: skip
+        assert started.status_code == 200 and started.json()["outage_seconds_left"] > 50
+        assert http.post("/_control/outage", json={"status": 400, "seconds": 1}).status_code == 400
+    with model(messages, timeout=5) as llm:
+        # then every request meanwhile gets 429 with the header, read as the SDK and we read it
+        for _ in range(3):
+            with pytest.raises(anthropic.RateLimitError) as raised:
+                llm.messages.create(model="m", max_tokens=100, messages=hi)
+            assert retry_after(raised.value) == 20.0
+            assert classify(raised.value).__class__.__name__ == "TemporaryError"
+        # and once it is over (0 seconds ends it) the provider answers again
+        with client(messages.url) as http:
+            ended = http.post("/_control/outage", json={"status": 429, "seconds": 0})
+            assert ended.json()["outage_seconds_left"] == 0.0
+        reply = llm.messages.create(model="m", max_tokens=100, messages=hi)
+    assert reply.stop_reason == "end_turn"
+    assert [e["status"] for e in read_log(messages.log.path)] == [429, 429, 429, 200]
+
+
+def test_retry_after_reads_milliseconds_seconds_and_dates() -> None:
+    def answered(**headers: str) -> httpx.HTTPStatusError:
+        request = httpx.Request("POST", "http://model.test/v1/messages")
+        response = httpx.Response(529, headers=headers, request=request)
+        return httpx.HTTPStatusError("overloaded", request=request, response=response)
+
+    assert retry_after(answered(**{"retry-after-ms": "1500", "retry-after": "9"})) == 1.5
+    assert retry_after(answered(**{"retry-after": "20"})) == 20.0
+    later = formatdate(time.time() + 30, usegmt=True)
+    assert 25 < (retry_after(answered(**{"retry-after": later})) or 0) <= 30
+    assert retry_after(answered()) is None
+    assert retry_after(answered(**{"retry-after": "soon"})) is None
+    assert retry_after(ValueError("no response")) is None
 
 
 def test_messages_api_rejects_a_tool_use_without_its_result(messages: MessagesSandbox) -> None:

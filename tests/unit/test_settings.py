@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.errors import PermanentError, SettingsError
-from pipeline.settings import Settings, approvers_variable
+from pipeline.settings import Settings, approvers_variable, declared_options, readme_table
 
 
 def test_defaults_leave_urls_unset_for_the_embedded_services(tmp_path) -> None:
@@ -37,6 +39,11 @@ def test_postgres_urls_are_pinned_to_psycopg() -> None:
         ("NIGHTSHIFT_TASK_EVENTS", "sometimes"),
         ("NIGHTSHIFT_MAX_EMAILS_PER_RUN", "lots"),
         ("NIGHTSHIFT_MAX_EMAILS_PER_RUN", "-1"),
+        ("NIGHTSHIFT_API_MAX_BODY_BYTES", "12"),
+        ("NIGHTSHIFT_RETENTION_DAYS", "soon"),
+        ("NIGHTSHIFT_IDENTITY_HEADER", "Authorization"),
+        ("NIGHTSHIFT_API_TOKEN", "short"),
+        ("NIGHTSHIFT_NIGHT_TIMEZONE", "Mars/Olympus"),
     ],
 )
 def test_a_malformed_value_names_its_variable(variable: str, value: str) -> None:
@@ -160,3 +167,27 @@ def test_a_tool_setting_a_tool_needs_counts_as_set_from_the_file_or_the_environm
     assert call_acme.needs == ("NIGHTSHIFT_CONFIG_ACME_URL", "NIGHTSHIFT_CONFIG_ACME_TOKEN")
     assert settings.is_set("NIGHTSHIFT_CONFIG_ACME_URL")
     assert not settings.is_set("NIGHTSHIFT_CONFIG_ACME_TOKEN")
+
+
+def readme_settings_table() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("<!-- settings table:")
+    begin = readme.index("\n", start) + 1
+    return readme[begin : readme.index("<!-- end of settings table -->", begin)]
+
+
+def test_the_readme_table_is_the_declaration() -> None:
+    # The README's table is generated (`python -m pipeline.settings`), so any change to a
+    # setting's variable, default, help or secrecy that is not regenerated fails here.
+    assert readme_settings_table() == readme_table(), (
+        "README.md's settings table differs from pipeline/settings: regenerate it with "
+        "`python -m pipeline.settings` and paste it between the markers"
+    )
+
+
+def test_every_secret_is_left_out_of_the_repr() -> None:
+    declared = declared_options().values()
+    secrets = {option.variable: "s3cret-value-" + "x" * 16 for option in declared if option.secret}
+    assert {"ANTHROPIC_API_KEY", "NIGHTSHIFT_API_TOKEN", "NIGHTSHIFT_NOTIFY_SECRET"} <= set(secrets)
+    shown = repr(Settings.from_env(secrets))
+    assert "s3cret-value" not in shown

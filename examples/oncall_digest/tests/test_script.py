@@ -1,30 +1,46 @@
-"""The agent offline: its script and its tools' definitions, no services and no model."""
+"""The agent offline, with pipeline.testing: its script against stubbed tools, the email
+recorded under its idempotency key and never sent; no service, no model, no worker."""
 
 from __future__ import annotations
 
-import json
+import os
+from pathlib import Path
+from typing import Any
 
-from oncall_digest.agent import AGENT, mail_digest, read_handover, script
+from oncall_digest.agent import AGENT, mail_digest, read_handover
 
-from pipeline import Conversation
+from pipeline import ToolContext
+from pipeline.testing import run_agent, tool_context
 
 RUN = {"team": "ops", "date": "2026-11-29"}
+HANDOVER = {"title": "On-call handover", "body": "Primary: Priya."}
 
 
-def test_the_script_reads_the_handover_then_mails_it_once() -> None:
-    messages = [AGENT.first_message(RUN)]
-    first = script(Conversation(RUN, messages))
-    assert first[-1]["name"] == "read_handover"
+def test_the_script_reads_the_handover_then_records_one_email() -> None:
+    run = run_agent(AGENT, RUN, tools={"read_handover": HANDOVER})
 
-    handover = {"title": "On-call handover", "body": "Primary: Priya."}
-    messages += [
-        {"role": "assistant", "content": first},
-        {"role": "user", "content": [_result(first[-1]["id"], handover)]},
-    ]
-    second = script(Conversation(RUN, messages))
-    assert second[-1]["name"] == "mail_digest"
-    assert second[-1]["input"]["body"] == "Primary: Priya."
-    assert mail_digest.argument_errors(second[-1]["input"]) == []
+    assert run.status == "succeeded"
+    assert [call.name for call in run.calls] == ["read_handover", "mail_digest"]
+    assert run.calls[0].args == {"source": "oncall"}
+    (digest,) = run.actions
+    assert digest.key == "oncall_digest:2026-11-29:ops" and digest.service == "email"
+    assert digest.args["to"] == "oncall-ops@example.com"
+    assert digest.args["body"] == "Primary: Priya."
+    assert digest.sends == 0 and not digest.requires_approval  # recorded, never sent
+    assert run.answer.startswith("Mailed the digest")
+
+
+def test_the_mail_service_stub_gets_the_key_once() -> None:
+    sent: list[tuple[str | None, dict[str, Any]]] = []
+
+    def mail_service(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+        sent.append((context.idempotency_key, args))
+        return {"delivered": True}
+
+    run = run_agent(AGENT, RUN, tools={"read_handover": HANDOVER, "mail_digest": mail_service})
+
+    assert [key for key, _ in sent] == ["oncall_digest:2026-11-29:ops"]
+    assert run.calls[-1].result == {"delivered": True}
 
 
 def test_the_tools_refuse_wrong_arguments_before_anything_is_called() -> None:
@@ -37,5 +53,23 @@ def test_the_tools_refuse_wrong_arguments_before_anything_is_called() -> None:
     ]
 
 
-def _result(tool_use_id: str, content: dict[str, str]) -> dict[str, str]:
-    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": json.dumps(content)}
+def test_the_key_is_one_per_team_and_night_whatever_the_mail_says() -> None:
+    context = tool_context(AGENT, RUN)
+    first = {"to": "a@example.com", "subject": "one", "body": "x"}
+    second = {"to": "b@example.com", "subject": "two", "body": "y"}
+    assert mail_digest.action_key(first, context) == mail_digest.action_key(second, context)
+
+
+def test_no_service_url_is_set_and_no_server_is_started(no_services: Path) -> None:
+    run_agent(AGENT, RUN, tools={"read_handover": HANDOVER})
+
+    assert not [name for name in os.environ if name.startswith("NIGHTSHIFT_")]
+    assert _children() == []  # no embedded PostgreSQL or Redis, no worker
+    assert list(no_services.iterdir()) == []  # nor their data directory
+
+
+def _children() -> list[str]:
+    tasks = Path("/proc/self/task")
+    if not tasks.exists():  # not Linux: nothing to read the children from
+        return []
+    return [pid for task in tasks.iterdir() for pid in (task / "children").read_text().split()]

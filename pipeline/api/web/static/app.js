@@ -43,7 +43,9 @@
     if (JOURNAL.indexOf(event.type) >= 0) addEntry(event);
     else if (event.type === "step_started") {
       text("run-step", event.step);
-      text("run-attempts", event.attempt);
+      // A step started again after a failed attempt says which attempt; `attempt` counts
+      // every claim of the run (one per step), so it is not shown.
+      text("run-step-attempt", event.step_attempt > 1 ? " (attempt " + event.step_attempt + ")" : "");
       showStatus(document.getElementById("run-status"), "running");
     } else if (event.type === "action_changed") showAction(event);
     else if (["waiting", "resumed", "finished"].indexOf(event.type) >= 0) {
@@ -146,8 +148,8 @@
       row.dataset.status = status;
       if (event.step !== undefined) row.querySelector(".run-step").textContent = event.step;
       row.querySelector(".run-reason").textContent = event.stop_reason || "";
-      countChildren();
     }
+    if (event.type !== "step_started") countChildren();
     var synthesis = byData(document.getElementById("batch-synthesis"), "a", "run", event.run_id);
     if (synthesis) showStatus(synthesis.nextElementSibling, status, event.waiting_on);
   }
@@ -164,19 +166,46 @@
     place.appendChild(element("span", "run-status")).appendChild(pill("running"));
   }
 
+  // The page lists only a page of the children, so their counts come from the server: one
+  // request two seconds after a change, however many children change meanwhile, and one more
+  // when some changed while it was asked.
+  var countsDue = false;
+  var counting = false;
+  var countAgain = false;
+
   function countChildren() {
     var place = document.getElementById("batch-children");
-    var counts = {done: 0, running: 0, waiting: 0, failed: 0};
-    var column = {succeeded: "done", running: "running", waiting: "waiting",
-                  needs_attention: "waiting", failed: "failed", cancelled: "failed"};
-    var rows = document.querySelectorAll("table.runs tr[data-run]");
-    Array.prototype.forEach.call(rows, function (row) { counts[column[row.dataset.status]] += 1; });
-    Object.keys(counts).forEach(function (name) {
-      place.querySelector(".n-" + name).textContent = counts[name];
+    if (!place) return;
+    if (counting) countAgain = true;
+    if (counting || countsDue) return;
+    countsDue = true;
+    setTimeout(function () {
+      countsDue = false;
+      counting = true;
+      fetch(place.dataset.progress, {credentials: "same-origin"})
+        .then(function (answer) { return answer.ok ? answer.json() : null; })
+        .then(function (batch) { if (batch) showCounts(place, batch.children); })
+        .catch(function () {})
+        .then(function () {
+          counting = false;
+          if (countAgain) {
+            countAgain = false;
+            countChildren();
+          }
+        });
+    }, 2000);
+  }
+
+  function showCounts(place, children) {
+    ["done", "running", "waiting", "failed"].forEach(function (name) {
+      place.querySelector(".n-" + name).textContent = children[name];
     });
-    var finished = counts.done + counts.failed;
-    place.querySelector(".count").textContent = finished + "/" + rows.length;
-    place.querySelector("progress").value = finished;
+    place.querySelector(".count").textContent = children.finished + "/" + children.total;
+    var bar = place.querySelector("progress");
+    bar.max = children.total || 1;
+    bar.value = children.finished;
+    place.querySelector(".progress").title =
+      children.finished + " of " + children.total + " children finished";
   }
 
   // -- shared --------------------------------------------------------------------------------
@@ -216,6 +245,7 @@
     if (kind === "action") return "for a person to say whether " + ref + " happened";
     if (kind === "timer") return "for its timer";
     if (kind === "retry") return "to try " + ref + " again (the service kept failing)";
+    if (kind === "model") return "for the model provider to answer again (" + ref + " is down)";
     return "on " + waitingOn;
   }
 

@@ -1,0 +1,202 @@
+"""CLI verbs for runs: start one (and wait for its outcome), list them, show one, tick once."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pipeline.api.words import action_words
+from pipeline.cli.failures import following
+from pipeline.cli.format import print_json, table
+from pipeline.cli.waiting import wait_and_report
+from pipeline.errors import NightshiftError
+from pipeline.registry import get_agent
+from pipeline.runs.deadlines import parse_deadline
+from pipeline.runs.start import start_run
+from pipeline.runs.tick import tick
+from pipeline.settings import get_settings
+from pipeline.views.liveness import QueueLiveness, queue_liveness, stall
+from pipeline.views.outages import model_outages
+from pipeline.views.runs import list_runs, resolve_run_id, show_run
+
+if TYPE_CHECKING:
+    from pipeline.cli.main import AddCommand
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    try:
+        run_input = json.loads(args.input)
+    except json.JSONDecodeError as exc:
+        raise NightshiftError(f"--input is not valid JSON: {exc}") from None
+    deadline = parse_deadline(args.deadline, "--deadline")
+    if args.timeout is not None and (not args.wait or args.timeout <= 0):
+        raise NightshiftError("--timeout needs --wait and a positive number of seconds")
+    started = start_run(
+        args.agent, run_input, args.key, deadline=deadline, notify_url=args.notify_url
+    )
+    _warn_unset_needs(args.agent)
+    if args.json:
+        if not args.wait:  # with --wait, the outcome is the one JSON document
+            print_json({"run_id": str(started.run_id), "created": started.created})
+    elif started.created:
+        print(f"started run {started.run_id}", flush=True)
+    else:
+        print(f"key {args.key!r} already started run {started.run_id}; nothing new started")
+    if not args.wait:
+        return 0
+    with following("run", started.run_id):
+        return wait_and_report(started.run_id, args.timeout, args.json)
+
+
+def _warn_unset_needs(agent: str) -> None:
+    """The workers' environment decides; this shell's is a good guess of it on a trial."""
+    unset = get_agent(agent).unset_needs(get_settings().is_set)
+    if unset:
+        names = " and ".join(dict.fromkeys(variable for variable, _ in unset))
+        print(
+            f"note: {names} not set here; a worker without them fails the run at once with "
+            'reason config (for a trial: eval "$(nightshift sandbox up)")',
+            file=sys.stderr,
+        )
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
+    if args.json:
+        print_json(rows)
+        return 0
+    lines = [
+        (r["id"], r["agent"], r["status"], r["step"], r["stop_reason"], r["updated_at"])
+        for r in rows
+    ]
+    print(table(lines, ["run", "agent", "status", "step", "reason", "updated"]))
+    for note in _stall_notes(rows, queue_liveness()):
+        print(f"note: {note}")
+    for outage in model_outages(get_settings()):
+        print(f"note: {outage.describe()}")
+    return 0
+
+
+def _stall_notes(rows: list[dict[str, Any]], liveness: QueueLiveness) -> list[str]:
+    """What keeps the listed running runs from moving: no worker at all, or no claim."""
+    settings = get_settings()
+    running = [r for r in rows if r["status"] == "running"]
+    if not running:
+        return []
+    nobody = liveness.no_worker()
+    if nobody is not None:
+        return [f"{nobody}; {len(running)} running run(s) listed here wait for it"]
+    notes = []
+    for row in running:
+        updated = datetime.fromisoformat(row["updated_at"])
+        why = stall("running", row["lease_owner"], updated, liveness, settings)
+        if why is not None:
+            notes.append(f"run {row['id'][:8]} is {why}")
+    return notes
+
+
+def failed_attempts_line(run: dict[str, Any]) -> str | None:
+    """Attempts are shown only when one failed: `runs.attempt` counts every claim, one per step
+    when nothing goes wrong, so on its own it reads like crashes that never happened."""
+    if not run["failed_attempts"]:
+        return None
+    step, failed = run["failed_step"], run["failed_attempts"]
+    counting = " (counted towards max_step_attempts)" if step == run["step"] else ""
+    return f"failed attempts of step {step}: {failed}{counting}; claims in all: {run['attempt']}"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    detail = show_run(resolve_run_id(args.run))
+    if args.json:
+        print_json(detail)
+        return 0
+    run = detail["run"]
+    print(f"run {run['id']}  agent {run['agent']}  status {run['status']}  step {run['step']}")
+    print(f"agent version: {run['version']}")
+    print(
+        f"tokens in/out {run['input_tokens']}/{run['output_tokens']}  cache write/read "
+        f"{run['cache_creation_input_tokens']}/{run['cache_read_input_tokens']}  cost "
+        f"${run['cost_usd']:.4f}  tool calls {run['tool_calls']}  "
+        f"reason {run['stop_reason'] or '-'}"
+    )
+    if (attempts := failed_attempts_line(run)) is not None:
+        print(attempts)
+    if run["error"]:
+        print(f"error: {run['error']}")
+    updated = datetime.fromisoformat(run["updated_at"])
+    why = stall(run["status"], run["lease_owner"], updated, queue_liveness(), get_settings())
+    if why is not None:
+        print(f"note: this run is {why}" if why.startswith("runnable") else f"note: {why}")
+    print("\ntimeline:")
+    for entry in detail["journal"]:
+        when = entry["created_at"][11:19]
+        print(f"  {when}  step {entry['step']:>3}  {entry['key']:<28} {entry['summary']}")
+    if detail["actions"]:
+        print("\nactions:")
+        for action in detail["actions"]:
+            # The status page's words for the state ("done", not "confirmed"), then the state.
+            key, words = action["idempotency_key"], action_words(action)
+            print(f"  {key:<40} {words} [{action['state']}]  attempts {action['attempts']}")
+    if detail["artifacts"]:
+        print("\nartifacts (GET the URL from the API):")
+        for artifact in detail["artifacts"]:
+            kept = "deleted by retention" if artifact["deleted"] else f"{artifact['size']} bytes"
+            print(f"  {artifact['id']:>6}  {artifact['name']:<24} {kept:<22} {artifact['url']}")
+    return 0
+
+
+def cmd_tick(args: argparse.Namespace) -> int:
+    report = tick()
+    print(
+        f"resumed {len(report.resumed)} run(s), woke {len(report.woken)} run(s), "
+        f"ended {len(report.expired)} waiting run(s) past their deadline"
+    )
+    return 0
+
+
+def register(add: AddCommand) -> None:
+    start = add("start", cmd_start, "start a run of AGENT with a JSON input")
+    start.epilog = "`nightshift agents` lists the registered agents and the input each accepts."
+    start.add_argument("agent", help="a registered agent's name (see `nightshift agents`)")
+    start.add_argument(
+        "--input", required=True, help='the run input as JSON, e.g. \'{"team": "ops"}\''
+    )
+    start.add_argument("--key", help="idempotency key: the same key never starts a second run")
+    start.add_argument(
+        "--deadline",
+        help="finish by then or stop with reason deadline (waiting runs too): seconds, a "
+        "duration like 15m or 2h, or an ISO-8601 time with a timezone",
+    )
+    start.add_argument(
+        "--notify-url",
+        help="POST a signed event there when the run finishes or waits for a person",
+    )
+    start.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the outcome and print it; exit 0 if the run succeeded, 1 if it failed "
+        "or was cancelled, 3 if it waits for a person, 4 if --timeout passed first",
+    )
+    start.add_argument("--timeout", type=float, help="with --wait: give up after S seconds")
+    start.add_argument("--json", action="store_true")
+
+    runs = add("runs", cmd_runs, "list runs, newest first")
+    runs.add_argument("--status")
+    runs.add_argument("--agent")
+    runs.add_argument("--batch")
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+
+    show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
+    show.add_argument("run", help="run id, or its first characters (at least 4)")
+    show.add_argument("--json", action="store_true")
+
+    add(
+        "tick",
+        cmd_tick,
+        "resume orphaned runs, wake due timers and end waiting runs past their deadline once "
+        "(beat does this)",
+    )

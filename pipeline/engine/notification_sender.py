@@ -1,0 +1,320 @@
+"""Sending completion webhooks through the action protocol: the idempotency key was saved with
+the transition (models/notification.py); each attempt claims the row (a fence and a lease, as a
+step claims a run), records `attempted` before the POST, and records the reply after it.
+
+A sender that dies between the two leaves `attempted` with a lapsing claim: the next one finds
+the outcome unknown and sends again with the same key and the same bytes, which a receiver
+honouring Idempotency-Key turns into a replay (at most once per key). A temporary failure
+(a timeout, a 5xx, a 429) is tried again later with backoff, from the tick; a refusal (another
+4xx) or too many attempts fails the notification, with the reason on the row.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from sqlalchemy import TextClause, select, text
+from sqlalchemy.orm import Session
+
+from models import ActionState, Alert, Batch, Run, RunEvent, RunStatus
+from pipeline.crash import crash_point
+from pipeline.db import transaction
+from pipeline.engine.sender_pool import MIN_DEFERRAL, RECEIVERS
+from pipeline.engine.signatures import signed_headers
+from pipeline.errors import redact_url, redact_urls
+from pipeline.logs import get_logger
+from pipeline.retry import is_temporary_status
+from pipeline.runs.outbound import (
+    ANYWHERE,
+    Target,
+    TargetRefused,
+    TargetUnresolved,
+    resolve_target,
+)
+from pipeline.settings import Settings, get_settings
+
+log = get_logger("nightshift.notify")
+
+SEND_SECONDS = 5.0
+SEND_TIMEOUT = httpx.Timeout(SEND_SECONDS, connect=2.0)
+"""Short: a receiver has seconds to answer, and one that does not is backed off
+(pipeline/engine/sender_pool.py) rather than waited for."""
+MAX_ATTEMPTS = 12
+FIRST_RETRY = timedelta(seconds=1)
+LAST_RETRY = timedelta(minutes=15)
+"""Backoff doubles from FIRST_RETRY up to LAST_RETRY (with jitter): twelve attempts end within
+about three hours, well inside the 24 hours a receiver is asked to keep keys."""
+EVENT_HEADER = "X-Nightshift-Event"
+
+
+class Delivery(StrEnum):
+    SKIPPED = "skipped"
+    """Delivered already, held by another sender, not due yet, or put off for its receiver."""
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    FAILED = "failed"
+
+
+_CLAIM = text(
+    """
+    UPDATE notifications
+       SET fence = fence + 1,
+           lease_expires_at = now() + make_interval(secs => :lease),
+           dispatched_at = NULL,
+           -- an attempt whose sender died before saving the reply: it may have arrived
+           state = CASE WHEN state = 'attempted' THEN 'outcome_unknown' ELSE state END,
+           updated_at = now()
+     WHERE id = :id
+       AND state IN ('intended', 'attempted', 'outcome_unknown')
+       AND next_attempt_at <= now()
+       AND (lease_expires_at IS NULL OR lease_expires_at < now())
+    RETURNING id, fence, state, idempotency_key, event, url, body, attempts, run_id,
+              batch_id, event_id, alert_id
+    """
+)
+_ATTEMPTED = text(
+    """
+    UPDATE notifications
+       SET state = 'attempted', attempts = attempts + 1, body = :body,
+           first_attempt_at = coalesce(first_attempt_at, now()), last_attempt_at = now(),
+           updated_at = now()
+     WHERE id = :id AND fence = :fence
+    """
+)
+_RECORD = text(
+    """
+    UPDATE notifications
+       SET state = :state, response_status = :status, error = :error,
+           next_attempt_at = now() + make_interval(secs => :retry_in),
+           lease_expires_at = NULL, updated_at = now()
+     WHERE id = :id AND fence = :fence
+    """
+)
+
+
+_OWED_BY_RECEIVER = """
+    SELECT id FROM notifications
+     WHERE state IN ('intended', 'attempted', 'outcome_unknown') AND id <> :id
+       AND (lease_expires_at IS NULL OR lease_expires_at < now())
+       -- the same scheme://host:port (pipeline/runs/outbound.py Target.receiver)
+       AND lower(substring(url from '^[^/?#]*//[^/?#]*'))
+         = lower(substring(CAST(:url AS text) from '^[^/?#]*//[^/?#]*'))
+"""
+# SKIP LOCKED: a row another sender is claiming or recording is its own (and two of these,
+# from two workers whose sends to one receiver failed together, never wait on each other).
+_PUT_OFF_OTHERS = text(
+    f"""
+    UPDATE notifications
+       SET next_attempt_at = now() + make_interval(secs => :wait * (1 + random() / 2)),
+           error = CASE WHEN attempts = 0 THEN :error ELSE error END, updated_at = now()
+     WHERE id IN ({_OWED_BY_RECEIVER}
+       AND next_attempt_at < now() + make_interval(secs => :wait)
+       FOR UPDATE SKIP LOCKED)
+    """
+)
+_BRING_BACK_OTHERS = text(
+    f"""
+    UPDATE notifications SET next_attempt_at = now(), updated_at = now()
+     WHERE id IN ({_OWED_BY_RECEIVER} AND next_attempt_at > now() FOR UPDATE SKIP LOCKED)
+    """
+)
+
+
+def deliver(notification_id: int, settings: Settings | None = None) -> Delivery:
+    """One attempt at one notification, if it is owed, due and nobody else holds it."""
+    settings = settings or get_settings()
+    lease = SEND_SECONDS + settings.lease_seconds  # longer than any one send
+    with transaction() as session:
+        claim = session.execute(_CLAIM, {"id": notification_id, "lease": lease}).one_or_none()
+        if claim is None:
+            return Delivery.SKIPPED
+        body = claim.body or _body(session, claim)
+    alert = claim.alert_id is not None
+    if settings.notify_secret is None and not alert:  # an alert goes unsigned, as it always did
+        return _record(claim, ActionState.FAILED, error="NIGHTSHIFT_NOTIFY_SECRET is not set")
+    # An alert's URL is the operator's setting, not a caller's: the policy is for the latter.
+    allowed = ANYWHERE if alert else settings.notify_allowed
+    try:  # resolved again now: what the name meant at the start may not be what it means now
+        target = resolve_target(claim.url, allowed)
+    except TargetRefused as exc:
+        return _record(claim, ActionState.FAILED, error=str(exc))
+    except TargetUnresolved as exc:
+        return _retry_later(claim, str(exc), None, ActionState.INTENDED)
+    wait = RECEIVERS.put_off(target.receiver)
+    if wait > 0:  # not attempted: its receiver failed just now, and would hold a sender again
+        error = f"not sent: {target.receiver} failed just before; trying again in {wait:.0f} s"
+        _record(claim, ActionState(claim.state), error=error, retry_in=wait)
+        return Delivery.SKIPPED
+    try:
+        with transaction() as session:
+            if not session.execute(
+                _ATTEMPTED, {"id": notification_id, "fence": claim.fence, "body": body}
+            ).rowcount:  # type: ignore[attr-defined]
+                return Delivery.SKIPPED  # another sender took it over meanwhile
+        return _send(claim, target, body, settings.notify_secret)
+    finally:
+        RECEIVERS.sent(target.receiver)
+
+
+def _send(claim: Any, target: Target, body: str, secret: str | None) -> Delivery:
+    try:
+        with httpx.Client(timeout=SEND_TIMEOUT, follow_redirects=False) as client:
+            response = client.request(
+                "POST",
+                target.pinned_url,  # the address checked, not a second lookup
+                content=body.encode(),
+                headers={**_headers(claim, body, secret), "Host": target.host_header},
+                extensions={"sni_hostname": target.host},  # TLS checks the name, not the address
+            )
+    except httpx.HTTPError as exc:
+        backoff = RECEIVERS.failed(target.receiver)
+        # Refused before anything was sent: nothing arrived. Anything else: it may have.
+        state = ActionState.INTENDED if isinstance(exc, httpx.ConnectError) else None
+        error = f"{type(exc).__name__}: {redact_urls(str(exc))}"
+        return _retry_later(claim, error, None, state, backoff)
+    crash_point("after_notify_sent")
+    error = f"HTTP {response.status_code}: {response.text[:200]}"
+    if not response.is_success and is_temporary_status(response.status_code):
+        backoff = RECEIVERS.failed(target.receiver)
+        return _retry_later(claim, error, response.status_code, None, backoff)
+    # The receiver answered. If this was a retry (or this process had backed the receiver
+    # off), it was the receiver's probe: its other notifications, put off past it, are due now.
+    recovered = RECEIVERS.answered(target.receiver) or claim.attempts > 0
+    others = _BRING_BACK_OTHERS if recovered else None
+    if response.is_success:
+        log.info("notification %s delivered (HTTP %d)", claim.idempotency_key, response.status_code)
+        return _record(claim, ActionState.CONFIRMED, status=response.status_code, others=others)
+    return _record(claim, ActionState.FAILED, status=response.status_code, error=error,
+                   others=others)  # fmt: skip
+
+
+def _headers(claim: Any, body: str, secret: str | None) -> dict[str, str]:
+    path = urlsplit(claim.url).path or "/"
+    signed = {} if secret is None else signed_headers(secret, "POST", path, body.encode())
+    return {
+        "Content-Type": "application/json",
+        "Idempotency-Key": claim.idempotency_key,
+        EVENT_HEADER: claim.event,
+        **signed,
+    }
+
+
+def _retry_later(
+    claim: Any,
+    error: str,
+    status: int | None,
+    state: ActionState | None,
+    backoff: float | None = None,
+) -> Delivery:
+    """Try this notification again later, with backoff. `backoff`: its receiver failed and may
+    be tried again in that many seconds; this notification is then its next probe, and the
+    receiver's other notifications are put off past it (not handed to a worker each in turn
+    only to find the receiver still backed off)."""
+    attempts = claim.attempts + 1
+    if attempts >= MAX_ATTEMPTS:
+        error = f"gave up after {attempts} attempts; the last: {error}"
+        return _record(claim, ActionState.FAILED, status=status, error=error)
+    ceiling = min(LAST_RETRY, FIRST_RETRY * 2 ** (attempts - 1)).total_seconds()
+    retry_in = max(random.uniform(ceiling / 2, ceiling), backoff or 0.0)
+    log.warning(
+        "notification %s to %s failed (%s); trying again in %.0f s",
+        claim.idempotency_key, redact_url(claim.url), error, retry_in,
+    )  # fmt: skip
+    others = None if backoff is None else _PUT_OFF_OTHERS
+    _record(claim, state or ActionState.OUTCOME_UNKNOWN, status=status, error=error,
+            retry_in=retry_in, others=others)  # fmt: skip
+    return Delivery.RETRY
+
+
+def _record(
+    claim: Any,
+    state: ActionState,
+    *,
+    status: int | None = None,
+    error: str | None = None,
+    retry_in: float = 0.0,
+    others: TextClause | None = None,
+) -> Delivery:
+    """Record the attempt's outcome; `others` (_PUT_OFF_OTHERS, _BRING_BACK_OTHERS) moves the
+    receiver's other owed notifications in the same transaction, if the record holds."""
+    params = {"id": claim.id, "fence": claim.fence, "state": state.value, "status": status,
+              "error": error, "retry_in": retry_in}  # fmt: skip
+    with transaction() as session:
+        recorded = session.execute(_RECORD, params).rowcount  # type: ignore[attr-defined]
+        if recorded and others is not None:
+            session.execute(others, _others_params(claim, retry_in, error))
+    if state is ActionState.FAILED:
+        log.warning("notification %s failed: %s", claim.idempotency_key, error)
+        return Delivery.FAILED
+    return Delivery.DELIVERED if state is ActionState.CONFIRMED else Delivery.RETRY
+
+
+def _others_params(claim: Any, probe_in: float, error: str | None) -> dict[str, Any]:
+    """The receiver's other notifications come back after its probe (due in `probe_in`) has
+    had the time to answer, and sooner only if it did (_BRING_BACK_OTHERS)."""
+    wait = probe_in + SEND_SECONDS + MIN_DEFERRAL
+    put_off = f"not sent yet: its receiver failed just before ({error}); another tries it first"
+    return {"id": claim.id, "url": claim.url, "wait": wait, "error": put_off[:500]}
+
+
+def _body(session: Session, claim: Any) -> str:
+    """The event as JSON, from the transition's run_events row (or the alert): what was true
+    then."""
+    if claim.alert_id is not None:
+        return _alert_body(session, claim)
+    event = session.get(RunEvent, claim.event_id)
+    assert event is not None, f"notification {claim.idempotency_key}: its event is gone"
+    document: dict[str, Any] = {
+        "id": claim.idempotency_key,
+        "event": claim.event,
+        "occurred_at": event.created_at.isoformat(),
+    }
+    if claim.run_id is not None:
+        document["run"] = _run_part(session, claim.run_id, event.data)
+    if claim.batch_id is not None:
+        batch = session.get(Batch, claim.batch_id)
+        assert batch is not None
+        own = event.kind == "batch"
+        document["batch"] = {
+            "id": batch.id,
+            "name": batch.name,
+            "status": event.data["status"] if own else batch.status.value,
+            "stop_reason": event.data.get("stop_reason") if own else batch.stop_reason,
+        }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _run_part(session: Session, run_id: Any, data: dict[str, Any]) -> dict[str, Any]:
+    run = session.execute(select(Run.agent, Run.batch_id, Run.result).where(Run.id == run_id)).one()
+    finished = RunStatus(data["status"]).is_terminal()
+    return {
+        "id": str(run_id),
+        "agent": run.agent,
+        "batch_id": run.batch_id,
+        "status": data["status"],
+        "stop_reason": data.get("stop_reason"),
+        "waiting_on": data.get("waiting_on"),
+        "error": data.get("error"),
+        "result": run.result if finished else None,
+    }
+
+
+def _alert_body(session: Session, claim: Any) -> str:
+    """kind, subject and message at the top level, as the alert webhook always had them."""
+    alert = session.get(Alert, claim.alert_id)
+    assert alert is not None, f"notification {claim.idempotency_key}: its alert is gone"
+    document = {
+        "id": claim.idempotency_key,
+        "event": claim.event,
+        "occurred_at": alert.created_at.isoformat(),
+        "kind": alert.kind,
+        "subject": alert.subject,
+        "message": alert.message,
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,125 @@
+"""A worker's webhook senders: a few threads of their own, off the step threads, and backoff per
+receiver, so a receiver that never answers costs other runs nothing.
+
+The `pipeline.notify` task only hands its notification over (`hand_off`) and returns at once.
+At most SENDERS deliveries are in flight per process and QUEUED more wait; past that, the task
+leaves the notification to the tick, which sends it again later. A receiver (scheme, host and
+port) whose last send timed out, failed to connect or answered 5xx/429 is not tried again until
+its backoff ends (doubling from FIRST_BACKOFF to LAST_BACKOFF), and then by one send at a time:
+its other notifications are put off without an attempt, instead of each holding a sender for a
+timeout. The put-off is also written to their rows (pipeline/engine/notification_sender.py), so
+the tick does not hand them to a worker again, one task and two transactions each, only to be
+put off once more: that churn, on the workers' own threads, was what a tarpit cost other runs.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from pipeline.logs import get_logger
+from pipeline.reachability import DATABASE
+
+log = get_logger("nightshift.notify")
+
+SENDERS = 4
+QUEUED = 16
+FIRST_BACKOFF = 2.0
+LAST_BACKOFF = 300.0
+MIN_DEFERRAL = 10.0
+"""A notification put off while its receiver's probe is in flight comes back no sooner: longer
+than one send can take, so they do not each come back to find the probe still in flight."""
+
+
+class Receivers:
+    """When each receiver may be tried again (this process's view; a restart forgets it).
+
+    One send at a time goes to a receiver that failed: while that probe is in flight, or its
+    backoff lasts, the receiver's other notifications are put off (`put_off`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: dict[str, int] = {}
+        self._until: dict[str, float] = {}
+        self._probing: set[str] = set()
+
+    def put_off(self, receiver: str) -> float:
+        """0 if a send to `receiver` may go now (then it is the receiver's probe until
+        `sent`), else how many seconds to put it off."""
+        with self._lock:
+            failures = self._failures.get(receiver, 0)
+            if failures == 0:
+                return 0.0
+            remaining = self._until.get(receiver, 0.0) - time.monotonic()
+            if remaining > 0:  # back when the backoff ends (not all at the same instant)
+                return random.uniform(remaining, 1.5 * remaining)
+            if receiver not in self._probing:
+                self._probing.add(receiver)
+                return 0.0
+            wait = max(MIN_DEFERRAL, min(LAST_BACKOFF, FIRST_BACKOFF * 2**failures))
+            return random.uniform(wait, 1.5 * wait)
+
+    def sent(self, receiver: str) -> None:
+        """A send that `put_off` let go is over, however it ended: the next may probe."""
+        with self._lock:
+            self._probing.discard(receiver)
+
+    def failed(self, receiver: str) -> float:
+        """Seconds until `receiver` may be tried again (its next probe)."""
+        with self._lock:
+            failures = self._failures.get(receiver, 0) + 1
+            self._failures[receiver] = failures
+            wait = min(LAST_BACKOFF, FIRST_BACKOFF * 2 ** (failures - 1))
+            self._until[receiver] = time.monotonic() + wait
+            return wait
+
+    def answered(self, receiver: str) -> bool:
+        """Whether `receiver` was backed off until now."""
+        with self._lock:
+            self._until.pop(receiver, None)
+            return self._failures.pop(receiver, None) is not None
+
+
+class Senders:
+    """A bounded pool: SENDERS threads, and room for QUEUED more deliveries waiting."""
+
+    def __init__(self, threads: int = SENDERS, queued: int = QUEUED) -> None:
+        self._room = threading.BoundedSemaphore(threads + queued)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="nightshift-notify")
+
+    def hand_off(self, send: Callable[[int], Any], notification_id: int) -> bool:
+        """Queue `send(notification_id)`; False when the pool is full (the tick sends it later)."""
+        if not self._room.acquire(blocking=False):
+            return False
+        future = self._pool.submit(send, notification_id)
+        future.add_done_callback(lambda done: self._finished(done, notification_id))
+        return True
+
+    def _finished(self, done: Future[Any], notification_id: int) -> None:
+        self._room.release()
+        failure = done.exception()
+        if failure is None:
+            return
+        # Its claim lapses and the tick sends it again; an outage is said once, by DATABASE.
+        if DATABASE.is_outage(failure):
+            DATABASE.failed(failure)
+        else:
+            log.error("notification %d: its sender failed: %r", notification_id, failure)
+
+
+RECEIVERS = Receivers()
+_senders: Senders | None = None
+_senders_lock = threading.Lock()
+
+
+def senders() -> Senders:
+    """This process's senders, started on first use (nothing starts on import)."""
+    global _senders
+    with _senders_lock:
+        if _senders is None:
+            _senders = Senders()
+        return _senders

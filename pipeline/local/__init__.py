@@ -1,1 +1,0 @@
-"""Running nightshift on one machine: the demo and real worker/beat processes."""

@@ -1,0 +1,95 @@
+"""Failed attempts of a run's step, counted apart from claims so that a poison run (its step
+kills its worker, or always overruns its time bound) stops instead of being re-sent for ever.
+
+An attempt fails when it is taken from its holder without a checkpoint: the tick finds its
+lease expired, a claim takes over an expired lease or one whose process is gone, or the time
+bound gives the step up. Each is recorded in the same UPDATE that takes the run over
+(`failed_attempt_sets`), under `runs.failed_step`; a step that checkpoints leaves them behind
+(they count only while `runs.step = failed_step`).
+
+What counts towards the agent's `max_step_attempts`, so that the innocent runs that shared a
+killed process with a poison run are not failed because of it: a step's first failure always
+(the run becomes a suspect); after that only failures the run cannot share: its own time bound,
+or a loss while it ran in quarantine, alone among the suspects of its process
+(pipeline/engine/quarantine.py records that attempt's fence in `runs.quarantine_fence`). A
+suspect that dies while another suspect is in quarantine, or while it waits for its turn, is
+not counted again: the one in quarantine is the likely cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class FailureKind(StrEnum):
+    """Why an attempt failed; the run's stop reason once the attempts run out."""
+
+    CRASHED_WORKER = "crashed_worker"
+    """Its worker was lost, or its lease lapsed with no checkpoint."""
+    TIME_LIMIT = "time_limit"
+    """It overran the step's time bound and was given up."""
+
+
+def failed_attempt_sets(kind: FailureKind, *, worker: str, fence: str, when: str = "true") -> str:
+    """SET clauses for an `UPDATE runs` that takes the run from an attempt that failed.
+
+    `worker` and `fence` are SQL for the failed attempt's holder and fence (the row's own
+    `lease_owner` and `fence` before the UPDATE, or parameters); `when` is SQL for whether this
+    row's attempt failed at all (the tick also hands on runs that merely lost their message).
+    Every expression reads the row as it was before the UPDATE, as SET clauses do.
+    """
+    counted = "true" if kind is FailureKind.TIME_LIMIT else f"quarantine_fence = {fence}"
+    counted = f"coalesce({counted}, false)"
+    same_step = "failed_step IS NOT DISTINCT FROM step"
+    entry = (
+        f"jsonb_build_object('kind', '{kind.value}', 'worker', {worker}, "
+        f"'counted', NOT ({same_step}) OR {counted}, 'at', now())"
+    )
+    return f"""
+       failed_attempts = CASE WHEN NOT ({when}) THEN failed_attempts
+                              WHEN NOT ({same_step}) THEN 1
+                              WHEN {counted} THEN failed_attempts + 1
+                              ELSE failed_attempts END,
+       failures = CASE WHEN NOT ({when}) THEN failures
+                       WHEN NOT ({same_step}) THEN jsonb_build_array({entry})
+                       ELSE failures || jsonb_build_array({entry}) END,
+       failed_step = CASE WHEN NOT ({when}) THEN failed_step ELSE step END"""
+
+
+@dataclass(frozen=True)
+class StepFailures:
+    """The failed attempts of the step a run is at, as its row says."""
+
+    step: int
+    count: int
+    entries: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, failed_step: int | None, count: int, entries: list[Any], step: int) -> StepFailures:
+        if failed_step != step:
+            return cls(step, 0, [])
+        return cls(step, count, list(entries))
+
+    @property
+    def suspect(self) -> bool:
+        """An attempt of this step failed: the next one runs in quarantine."""
+        return self.count > 0
+
+    @property
+    def kind(self) -> FailureKind:
+        return FailureKind(self.entries[-1]["kind"]) if self.entries else FailureKind.CRASHED_WORKER
+
+    def describe(self) -> str:
+        """The stop's message: the step, the attempts and their workers."""
+        workers = ", ".join(dict.fromkeys(str(e.get("worker")) for e in self.entries))
+        kinds = {
+            FailureKind.CRASHED_WORKER.value: "its worker was lost",
+            FailureKind.TIME_LIMIT.value: "it overran the step's time limit",
+        }
+        why = "; ".join(dict.fromkeys(kinds[e["kind"]] for e in self.entries))
+        return (
+            f"step {self.step} failed {self.count} attempts in a row ({why}); "
+            f"{len(self.entries)} lost attempt(s) on worker(s) {workers}"
+        )

@@ -1,0 +1,125 @@
+"""Completion webhooks and alerts' webhooks, the record's side: checking a notify_url, owing an
+alert's delivery, and handing the notifications that are owed to a worker
+(pipeline/engine/notification_sender.py sends them).
+
+The rows themselves are written by the status triggers in the transaction of the transition
+(models/notification.py), so none is lost. Who sends the first delivery task: the code that
+made the transition, right after its commit (`dispatch_new_txn`); the tick sends the rest
+(`dispatch_due_txn`): retries whose time has come, a delivery whose sender died (its claim
+expired) and one whose task message was lost. Each delivery is a task of its own on the control
+queue, which hands the POST to the worker's own senders (pipeline/engine/sender_pool.py), so a slow
+receiver never holds up a step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from pipeline.app import app
+from pipeline.db import after_commit
+from pipeline.errors import InvalidInput
+from pipeline.runs.outbound import TargetUnresolved, resolve_target
+from pipeline.settings import get_settings
+
+NOTIFY_TASK = "pipeline.notify"
+MAX_URL = 2000
+
+_OWED = "state IN ('intended', 'attempted', 'outcome_unknown')"
+_DUE = text(
+    f"""
+    UPDATE notifications SET dispatched_at = now()
+     WHERE id IN (
+        SELECT id FROM notifications
+         WHERE {_OWED} AND next_attempt_at <= now()
+           AND (lease_expires_at IS NULL OR lease_expires_at < now())
+           AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => :grace))
+         ORDER BY next_attempt_at
+         LIMIT :limit
+         FOR UPDATE SKIP LOCKED)
+    RETURNING id
+    """
+)
+_NEW = text(
+    f"""
+    UPDATE notifications SET dispatched_at = now()
+     WHERE {_OWED} AND dispatched_at IS NULL
+       AND created_xid = pg_current_xact_id()::text::bigint
+    RETURNING id
+    """
+)
+
+
+def check_notify_url(url: object, what: str = "notify_url") -> str | None:
+    """An http(s) URL to POST completion events to, or None. Raises InvalidInput, also when it
+    points where NIGHTSHIFT_NOTIFY_ALLOWED does not allow (pipeline/runs/outbound.py)."""
+    if url is None:
+        return None
+    if not isinstance(url, str) or len(url) > MAX_URL:
+        raise InvalidInput(f"{what} must be a URL of at most {MAX_URL} characters")
+    settings = get_settings()
+    with contextlib.suppress(TargetUnresolved):  # checked again, resolved, at every delivery
+        resolve_target(url.strip(), settings.notify_allowed, what)
+    if settings.notify_secret is None:
+        raise InvalidInput(
+            f"{what} needs NIGHTSHIFT_NOTIFY_SECRET, which signs the events so the receiver "
+            "can tell they come from nightshift"
+        )
+    return url.strip()
+
+
+ALERT_EVENT = "alert"
+
+
+def owe_alert_txn(session: Session, alert_id: int, subject: str, url: str) -> None:
+    """An alert's webhook, owed in the alert's own transaction, keyed `alert:<id>`. `url` is
+    the operator's NIGHTSHIFT_ALERT_WEBHOOK_URL (not a caller's: no NIGHTSHIFT_NOTIFY_ALLOWED);
+    the run or batch it is about, if any, so the row goes with them when they are deleted."""
+    kind, _, about = subject.partition(":")
+    run_id = None
+    if kind == "run":
+        with contextlib.suppress(ValueError):
+            run_id = uuid.UUID(about)
+    params = {"key": f"alert:{alert_id}", "alert_id": alert_id, "url": url, "run_id": run_id,
+              "batch_id": about if kind == "batch" else None}  # fmt: skip
+    session.execute(_OWE_ALERT, params)
+
+
+_OWE_ALERT = text(
+    """
+    INSERT INTO notifications (idempotency_key, event, alert_id, run_id, batch_id, url, state)
+    VALUES (:key, 'alert', :alert_id, :run_id, :batch_id, :url, 'intended')
+    ON CONFLICT (idempotency_key) DO NOTHING
+    """
+)
+
+
+def dispatch_new_txn(session: Session) -> list[int]:
+    """Send a delivery task, after the commit, for every notification this transaction's own
+    transitions wrote."""
+    return _dispatch(session, [row.id for row in session.execute(_NEW)])
+
+
+def dispatch_due_txn(session: Session, grace: float, limit: int = 500) -> list[int]:
+    """The tick: send a delivery task for every notification owed and due that no sender
+    holds and no recent task is on its way to."""
+    due = session.execute(_DUE, {"grace": grace, "limit": limit})
+    return _dispatch(session, [row.id for row in due])
+
+
+def _dispatch(session: Session, ids: list[int]) -> list[int]:
+    if ids:
+        queue = get_settings().control_queue
+        after_commit(session, lambda: _send(ids, queue))
+    return ids
+
+
+def _send(ids: list[int], queue: str) -> None:
+    for notification_id in ids:
+        app.send_task(
+            NOTIFY_TASK, kwargs={"notification_id": notification_id}, queue=queue,
+            ignore_result=True,
+        )  # fmt: skip

@@ -1,0 +1,44 @@
+"""Tools the model may call: their arguments (a JSON Schema, a pydantic model or annotated
+parameters), whether they touch the world (SideEffect), and `once` for a value a replay must
+not change. Every mistake a tool author can make here is a DefinitionError naming the tool.
+
+The modules, each re-exported here under its public names (`from pipeline.tools import X`):
+`context` (what a tool gets and returns), `arguments` (how it takes its arguments),
+`side_effects` (SideEffect), `definition` (Tool and @tool), `once_per_key` (once: one value
+per key, once journaled), `timer` (check_back_in)."""
+
+from pipeline.tools.arguments import Arguments, ModelArguments, SchemaArguments
+from pipeline.tools.context import ArtifactRequest, ToolContext, ToolOutput
+from pipeline.tools.definition import TOOL_NAME, Tool, ToolFunction, tool
+from pipeline.tools.once_per_key import OnceOutsideStep, OnceStore, once, once_scope
+from pipeline.tools.side_effects import Check, KeyBuilder, Lookup, SideEffect
+from pipeline.tools.timer import MAX_WAIT, check_back_in
+
+__all__ = [  # noqa: RUF022 -- grouped by module, as dramatiq does
+    # context
+    "ArtifactRequest",
+    "ToolContext",
+    "ToolOutput",
+    # arguments
+    "Arguments",
+    "ModelArguments",
+    "SchemaArguments",
+    # side effects
+    "Check",
+    "KeyBuilder",
+    "Lookup",
+    "SideEffect",
+    # the tool
+    "TOOL_NAME",
+    "Tool",
+    "ToolFunction",
+    "tool",
+    # once
+    "OnceOutsideStep",
+    "OnceStore",
+    "once",
+    "once_scope",
+    # the timer tool
+    "MAX_WAIT",
+    "check_back_in",
+]

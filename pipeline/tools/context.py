@@ -1,0 +1,49 @@
+"""What a tool receives besides its arguments (ToolContext) and what it may return (ToolOutput,
+ArtifactRequest for a result kept as one of the run's artifacts)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class ArtifactRequest:
+    """A tool's output kept as one of the run's artifacts (in PostgreSQL, served by the API)
+    rather than inline in the journal; at most NIGHTSHIFT_ARTIFACT_MAX_BYTES."""
+
+    name: str
+    content: str
+    media_type: str = "text/plain"
+
+
+ToolOutput = dict[str, Any] | str | ArtifactRequest | BaseModel
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the call: never a session, never a lease."""
+
+    run_id: uuid.UUID
+    agent: str
+    tool_use_id: str
+    settings: Settings
+    run_input: dict[str, Any]
+    idempotency_key: str | None = None
+    """Set for side-effecting tools (and their lookup): send it to the service, e.g. as
+    `Idempotency-Key`. Already namespaced by agent (see SideEffect.namespace)."""
+    keep_going: Callable[[], None] = field(default=lambda: None, repr=False)
+    """Long tools call this between chunks of work: it raises (past any `except Exception`)
+    when the run was cancelled, passed its deadline or lost its lease."""
+
+    def config(self, name: str, default: str | None = None) -> str:
+        """This deployment's setting `name` (`"acme.url"`): NIGHTSHIFT_CONFIG_ACME_URL, else
+        `[acme] url` in NIGHTSHIFT_CONFIG_FILE, else `default`. Missing with no default: a
+        PermanentError naming both places (the model sees it as the tool's error)."""
+        return self.settings.config.get(name, default)

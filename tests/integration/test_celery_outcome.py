@@ -1,0 +1,96 @@
+"""A service with nothing but `celery[redis]` installed starts a run by task name and gets its
+outcome with `AsyncResult(run_id).get()`: the tick stores a finished run's outcome in the result
+backend under the run's id, and no worker waits with the client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+import uuid
+from pathlib import Path
+
+import redis
+from sqlalchemy import select
+
+from models import Run
+from pipeline.db import transaction
+from pipeline.runs.published_outcomes import outcome_json
+from pipeline.views.outcomes import outcome
+from tests.integration.conftest import ProcessFactory, Sandbox
+
+CLIENT = textwrap.dedent(
+    """
+    import json, os, sys
+    from celery import Celery
+    from celery.result import AsyncResult
+
+    broker = os.environ["NIGHTSHIFT_BROKER_URL"]
+    app = Celery("billing-service", broker=broker, backend=broker)
+    request = {"team": "ops", "date": "2026-11-29"}
+    run_id = app.send_task(
+        "pipeline.start_run", args=["nightly_report", request], queue=os.environ["QUEUE"]
+    ).get(timeout=60)
+    print(json.dumps(AsyncResult(run_id, app=app).get(timeout=120)))
+    """
+)
+
+
+def test_a_celery_only_client_gets_the_outcome_with_get(
+    sandbox: Sandbox, processes: ProcessFactory, celery_only: Path
+) -> None:
+    # given a worker and beat (whose tick publishes outcomes)
+    processes("w1")
+    processes("beat", beat=True)
+    # when a client with only Celery starts a run and waits on its id
+    env = {"NIGHTSHIFT_BROKER_URL": os.environ["NIGHTSHIFT_BROKER_URL"],
+           "QUEUE": os.environ["NIGHTSHIFT_QUEUE"], "PATH": os.environ["PATH"]}  # fmt: skip
+    done = subprocess.run(
+        [str(celery_only), "-c", CLIENT], env=env, capture_output=True, text=True, timeout=200
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    # then it has the run's outcome, as the API gives it
+    run_id = uuid.UUID(got["run_id"])
+    assert got["status"] == "succeeded" and "written and sent" in got["result"]["text"]
+    assert got == outcome(run_id).as_json()
+    with transaction() as session:
+        row = session.execute(select(Run).where(Run.id == run_id)).scalar_one()
+        assert row.outcome_published
+    assert outcome_json(row) == got
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "oncall_digest"
+FORGOT_THE_QUEUE = textwrap.dedent(
+    """
+    import os, sys
+    sys.path.insert(0, os.environ["EXAMPLE"])
+    from start_from_another_service import main
+    main(os.environ["NIGHTSHIFT_BROKER_URL"], os.environ["QUEUE"], "ops", "2026-11-29", timeout=2)
+    """
+)
+
+
+def test_a_start_sent_to_a_queue_no_worker_reads_ends_in_one_line_naming_the_queue(
+    db_url: str, celery_only: Path
+) -> None:
+    # given a Celery-only client of the example that sends to a queue nobody consumes (as
+    # leaving out queue= sends to Celery's own default)
+    queue = f"nobody-reads-{uuid.uuid4().hex[:8]}"
+    broker = os.environ["NIGHTSHIFT_BROKER_URL"]
+    env = {"NIGHTSHIFT_BROKER_URL": broker, "QUEUE": queue, "EXAMPLE": str(EXAMPLE),
+           "PATH": os.environ["PATH"]}  # fmt: skip
+    try:
+        done = subprocess.run(
+            [str(celery_only), "-I", "-c", FORGOT_THE_QUEUE],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        redis.Redis.from_url(broker).delete(queue)  # the message nobody will read
+    # then its wait ends with one line that says why, not a bare TimeoutError
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"no run id after 2s: no nightshift worker consumes queue {queue!r}; "
+        'check queue="nightshift" (nightshift\'s NIGHTSHIFT_QUEUE) and that a worker runs'
+    ]
