@@ -36,6 +36,7 @@ def _statements() -> dict[str, str]:
             worker="prior.lease_owner",
             fence="runs.fence",
             when="prior.lease_owner IS NOT NULL",
+            lapsed=("prior.lease_expires_at", "%(lease)s"),
         )
     )
     return found

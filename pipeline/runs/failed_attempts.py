@@ -14,6 +14,13 @@ or a loss while it ran in quarantine, alone among the suspects of its process
 (pipeline/engine/quarantine.py records that attempt's fence in `runs.quarantine_fence`). A
 suspect that dies while another suspect is in quarantine, or while it waits for its turn, is
 not counted again: the one in quarantine is the likely cause.
+
+A lease that lapsed because PostgreSQL itself restarted is no failed attempt at all: every step
+in flight then loses its lease (its holder cannot renew it), and counting those would make
+each of them a suspect, queue them for quarantine and fail innocent runs at the next blip. A
+lapse counts as the restart's when the lease expired before the server had been up for a lease
+(`pg_postmaster_start_time()`): its holder had no lease's time to renew it. Its entry says
+`database_restarted` and is not counted; the attempts counted so far stay as they were.
 """
 
 from __future__ import annotations
@@ -32,24 +39,45 @@ class FailureKind(StrEnum):
     """It overran the step's time bound and was given up."""
 
 
-def failed_attempt_sets(kind: FailureKind, *, worker: str, fence: str, when: str = "true") -> str:
+def failed_attempt_sets(
+    kind: FailureKind,
+    *,
+    worker: str,
+    fence: str,
+    when: str = "true",
+    lapsed: tuple[str, str] | None = None,
+) -> str:
     """SET clauses for an `UPDATE runs` that takes the run from an attempt that failed.
 
     `worker` and `fence` are SQL for the failed attempt's holder and fence (the row's own
     `lease_owner` and `fence` before the UPDATE, or parameters); `when` is SQL for whether this
-    row's attempt failed at all (the tick also hands on runs that merely lost their message).
+    row's attempt failed at all (the tick also hands on runs that merely lost their message);
+    `lapsed`, SQL for when the attempt's lease expired and for a lease's length in seconds,
+    when the attempt may have failed by its lease lapsing (a PostgreSQL restart excuses it).
     Every expression reads the row as it was before the UPDATE, as SET clauses do.
     """
+    restarted = "false"
+    if lapsed is not None:
+        expired, lease = lapsed
+        restarted = (
+            f"coalesce({expired} < now() AND {expired} < pg_postmaster_start_time()"
+            f" + make_interval(secs => {lease}), false)"
+        )
     counted = "true" if kind is FailureKind.TIME_LIMIT else f"quarantine_fence = {fence}"
     counted = f"coalesce({counted}, false)"
+    # The first failure of a step counts whatever its cause: the run becomes a suspect.
+    first = "(failed_step IS DISTINCT FROM step OR failed_attempts = 0)"
     same_step = "failed_step IS NOT DISTINCT FROM step"
     entry = (
         f"jsonb_build_object('kind', '{kind.value}', 'worker', {worker}, "
-        f"'counted', NOT ({same_step}) OR {counted}, 'at', now())"
+        f"'counted', NOT {restarted} AND ({first} OR {counted}), "
+        f"'database_restarted', {restarted}, 'at', now())"
     )
     return f"""
        failed_attempts = CASE WHEN NOT ({when}) THEN failed_attempts
-                              WHEN NOT ({same_step}) THEN 1
+                              WHEN {restarted} AND {same_step} THEN failed_attempts
+                              WHEN {restarted} THEN 0
+                              WHEN {first} THEN 1
                               WHEN {counted} THEN failed_attempts + 1
                               ELSE failed_attempts END,
        failures = CASE WHEN NOT ({when}) THEN failures

@@ -69,6 +69,7 @@ _ORPHANS = text(
             worker="runs.lease_owner",
             fence="runs.fence",
             when="picked.lease_expires_at IS NOT NULL",
+            lapsed=("picked.lease_expires_at", ":lease"),
         )
     )
 )
@@ -103,7 +104,8 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
         grace = settings.handoff_grace_seconds
         queued = _oldest_queued(settings)
         orphans = session.execute(
-            _ORPHANS, {"grace": grace, "limit": limit, "queued": queued}
+            _ORPHANS,
+            {"grace": grace, "limit": limit, "queued": queued, "lease": settings.lease_seconds},
         ).all()
         # Only after the commit: a step that claims must see the rows as updated here.
         for row in orphans:
