@@ -70,7 +70,7 @@ from pipeline.keys import cut_key, model_key, note_key
 from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
 from pipeline.runs import fanout, notifications
-from pipeline.runs.failed_attempts import StepFailures
+from pipeline.runs.failed_attempts import ENDED_CLEANLY, StepFailures
 from pipeline.runs.obligations import settle_actions_of_ended_txn
 from pipeline.runs.waits import is_settled_txn
 from pipeline.settings import Settings, get_settings
@@ -419,7 +419,9 @@ class StepRunner:
             if is_settled_txn(session, park.waiting_on):
                 # Decided after this step recorded the action and before this park; its wake
                 # found the run still running. Replay the step instead of waiting.
-                session.execute(update(Run).where(Run.id == run.id).values(**RELEASED))
+                session.execute(
+                    update(Run).where(Run.id == run.id).values(**RELEASED, **ENDED_CLEANLY)
+                )
                 self._send_next(session, run, run.step)
                 log.info("%s was decided before the run parked; replaying", park.waiting_on)
                 return StepResult(StepOutcome.CONTINUE, run.id)
@@ -441,6 +443,7 @@ class StepRunner:
                         else_=cast(literal(park.wake_at), DateTime(timezone=True)),
                     ),
                     **RELEASED,
+                    **ENDED_CLEANLY,
                 )
                 .returning(Run.status)
             ).scalar_one_or_none()

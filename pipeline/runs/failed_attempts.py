@@ -5,7 +5,8 @@ An attempt fails when it is taken from its holder without a checkpoint: the tick
 lease expired, a claim takes over an expired lease or one whose process is gone, or the time
 bound gives the step up. Each is recorded in the same UPDATE that takes the run over
 (`failed_attempt_sets`), under `runs.failed_step`; a step that checkpoints leaves them behind
-(they count only while `runs.step = failed_step`).
+(they count only while `runs.step = failed_step`), and one that parks ends the row of them
+(`ENDED_CLEANLY`).
 
 What counts towards the agent's `max_step_attempts`, so that the innocent runs that shared a
 killed process with a poison run are not failed because of it: a step's first failure always
@@ -84,6 +85,13 @@ def failed_attempt_sets(
                        WHEN NOT ({same_step}) THEN jsonb_build_array({entry})
                        ELSE failures || jsonb_build_array({entry}) END,
        failed_step = CASE WHEN NOT ({when}) THEN failed_step ELSE step END"""
+
+
+ENDED_CLEANLY = {"failed_attempts": 0}
+"""What an attempt that ends well without moving the run to its next step (it parks on an
+approval or a timer, or replays its step at once) writes with its release: the failures in a
+row are over. A step that waits on several approvals runs as several attempts of one step, and
+a lapse before each must not add up to a poison run's count. The entries stay, for `show`."""
 
 
 @dataclass(frozen=True)
