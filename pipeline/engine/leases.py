@@ -237,13 +237,21 @@ class _Renewer:
         for heartbeat in due:
             leases[heartbeat.lease] = max(leases.get(heartbeat.lease, 0), heartbeat.lease_seconds)
         try:
-            renewed = DATABASE.attempt(lambda: renew_held(leases))
+            # Each try renews only the leases still held: DATABASE retries through an outage,
+            # and a step that gave up meanwhile (its write failed on the outage) must not get
+            # a lease for a lease more after the database came back.
+            renewed = DATABASE.attempt(lambda: renew_held(self._still_held(leases)))
         except Exception as exc:  # keep trying until the leases lapse
             runs = ", ".join(str(lease.run_id) for lease in leases)
             log.warning("lease renewal failed, will retry (runs %s): %s", runs, exc)
             return None
         # None: the database is away (DATABASE says so once); keep trying until leases lapse
         return renewed
+
+    def _still_held(self, leases: dict[Lease, float]) -> dict[Lease, float]:
+        with self._changed:
+            held = {heartbeat.lease for heartbeat in self._due}
+        return {lease: seconds for lease, seconds in leases.items() if lease in held}
 
     def _settle(self, due: list[Heartbeat], outcome: tuple[set[Lease], set[Lease]] | None) -> None:
         now = time.monotonic()

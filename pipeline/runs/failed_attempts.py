@@ -19,9 +19,10 @@ not counted again: the one in quarantine is the likely cause.
 A lease that lapsed because PostgreSQL itself restarted is no failed attempt at all: every step
 in flight then loses its lease (its holder cannot renew it), and counting those would make
 each of them a suspect, queue them for quarantine and fail innocent runs at the next blip. A
-lapse counts as the restart's when the lease expired before the server had been up for a lease
-(`pg_postmaster_start_time()`): its holder had no lease's time to renew it. Its entry says
-`database_restarted` and is not counted; the attempts counted so far stay as they were.
+lapse counts as the restart's when the lease expired before the server had been up for two
+leases (`pg_postmaster_start_time()`): one for a renewal sent before the outage and answered
+after it, one for its holder to reconnect. Its entry says `database_restarted` and is not
+counted; the attempts counted so far stay as they were.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def failed_attempt_sets(
         expired, lease = lapsed
         restarted = (
             f"coalesce({expired} < now() AND {expired} < pg_postmaster_start_time()"
-            f" + make_interval(secs => {lease}), false)"
+            f" + make_interval(secs => 2 * {lease}), false)"
         )
     counted = "true" if kind is FailureKind.TIME_LIMIT else f"quarantine_fence = {fence}"
     counted = f"coalesce({counted}, false)"

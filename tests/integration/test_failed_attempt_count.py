@@ -50,14 +50,16 @@ def attempts(run_id: uuid.UUID) -> Any:
         ).one()
 
 
-RESTART_TOOK_IT = "pg_postmaster_start_time() + interval '0.5 second'"
+RESTART_TOOK_IT = "pg_postmaster_start_time() + interval '1.5 second'"
+"""Between one lease and two after the start: a renewal answered just after the restart."""
 LAPSED_JUST_NOW = "now() - interval '0.5 second'"
 
 
 @pytest.fixture
 def short_lease(db_url: str, monkeypatch: pytest.MonkeyPatch) -> float:
-    """A 1 s lease, and a server up for longer than it and a second: a lapse just now is then
-    one the server was up for (the embedded server of a suite may have started a moment ago)."""
+    """A 1 s lease, and a server up for longer than two of them and a second: a lapse just now
+    is then one the server was up for (the embedded server of a suite may have started a moment
+    ago)."""
     monkeypatch.setenv("NIGHTSHIFT_LEASE_SECONDS", "1")
 
     def uptime() -> float:
@@ -68,7 +70,7 @@ def short_lease(db_url: str, monkeypatch: pytest.MonkeyPatch) -> float:
                 ).scalar_one()
             )
 
-    wait_for(lambda: uptime() > 2.0, timeout=10, what="the server to be up for 2 s")
+    wait_for(lambda: uptime() > 3.0, timeout=10, what="the server to be up for 3 s")
     return get_settings().lease_seconds
 
 
