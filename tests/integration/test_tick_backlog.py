@@ -55,6 +55,26 @@ def test_a_run_behind_the_backlog_is_not_sent_again_and_a_lost_one_is(db_url: st
     assert report.resumed == [lost]
 
 
+def test_a_run_handed_off_a_moment_before_the_oldest_queued_one_is_not_sent_again(
+    db_url: str,
+) -> None:
+    # given a backlog whose oldest message is for a run handed off 5 minutes ago, and a run
+    # handed off a second earlier whose message reached the queue after it (its transaction
+    # started first and committed later, as under load)
+    oldest_queued = handed_off(minutes_ago=5)
+    inverted = handed_off(minutes_ago=5)
+    with transaction() as session:
+        session.execute(
+            text("UPDATE runs SET updated_at = updated_at - interval '1 second' WHERE id = :id"),
+            {"id": inverted},
+        )
+    send_step(oldest_queued, agent="nightly_report")
+    send_step(inverted, agent="nightly_report")
+
+    # when the tick looks, then it sends neither again: its message is still in the queue
+    assert tick().resumed == []
+
+
 def test_with_no_backlog_every_run_past_the_grace_is_sent_again(db_url: str) -> None:
     # given two runs left without a message and nothing queued
     first, second = handed_off(minutes_ago=10), handed_off(minutes_ago=3)
