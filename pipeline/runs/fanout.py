@@ -10,11 +10,12 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from models import Batch, BatchStatus, Run, RunStatus, table_of
+from models.run import UNFINISHED
 from pipeline.agent_definition import BatchPlan
 from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
@@ -77,6 +78,14 @@ def create_batch_txn(
     return children
 
 
+# Whether any child is left, not how many: from the index of unfinished children alone, in
+# about the same time for the last child of 10,000 as for the first (a count read every
+# child, under the batch's lock, once per child that finished).
+_ANY_CHILD_LEFT = text(
+    f"SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = :batch_id AND {UNFINISHED})"
+)
+
+
 def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
     """In the transaction that made a child terminal: start the synthesis if it was the last.
 
@@ -94,12 +103,7 @@ def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
     stopped = batch.status is BatchStatus.STOPPED and batch.stop_reason in CAP_STOPS
     if batch.status.is_terminal() and not stopped:
         return None
-    unfinished = session.scalar(
-        select(func.count()).where(
-            Run.batch_id == batch_id, Run.status.not_in(RunStatus.terminal())
-        )
-    )
-    if unfinished:
+    if session.scalar(_ANY_CHILD_LEFT, {"batch_id": batch_id}):
         return None
     outcomes = _child_outcomes(session, batch_id)
     synthesis_input: dict[str, Any] = {"batch": batch_id, "children": outcomes}
