@@ -3,7 +3,7 @@
 `create_app(ApiConfig.from_env())` builds it; `nightshift api` serves it with uvicorn, configured
 by `server_config`.
 Routes: pipeline/api/routes/ (JSON, a module per resource; bodies in pipeline/api/bodies.py) and
-pipeline/api/pages.py (the status page).
+pipeline/api/pages/ (the status page, a module per page).
 Every error is `{"error": "<what went wrong>"}` with the matching 4xx/5xx status.
 """
 
