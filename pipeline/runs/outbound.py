@@ -6,8 +6,10 @@ So a URL's host is resolved and every address it resolves to must be allowed by
 NIGHTSHIFT_NOTIFY_ALLOWED: `public` (the default: no private, loopback, link-local or reserved
 address), networks (`10.1.2.0/24`, `127.0.0.1`) and host names (`hooks.internal`), separated by
 commas. Numeric spellings (`2130706433`, `0x7f.1`, `[::1]`, `::ffff:127.0.0.1`) resolve to the
-address they mean and are checked as it. A sender connects to the address it checked, never to
-a second lookup (DNS rebinding), sends no URL userinfo, and follows no redirects.
+address they mean and are checked as it, and so are the IPv6 forms that carry an IPv4 address
+(NAT64 `64:ff9b::a9fe:a9fe` is 169.254.169.254, 6to4 `2002:7f00:1::` is 127.0.0.1). A sender
+connects to the address it checked, never to a second lookup (DNS rebinding), sends no URL
+userinfo, and follows no redirects.
 """
 
 from __future__ import annotations
@@ -104,13 +106,43 @@ def resolve_target(url: str, allowed: frozenset[str], what: str = "notify_url") 
 def permitted(host: str, address: Address, allowed: frozenset[str]) -> bool:
     if host.lower() in allowed:
         return True
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    address = meant(address)
     for entry in allowed - {PUBLIC}:
         network = _network(entry)
         if network is not None and network.version == address.version and address in network:
             return True
-    return PUBLIC in allowed and address.is_global and not address.is_multicast
+    return PUBLIC in allowed and _public(address)
+
+
+# IPv6 forms that carry an IPv4 address in their last 32 bits: IPv4-mapped (::ffff:a.b.c.d),
+# IPv4-translated (::ffff:0:a.b.c.d), IPv4-compatible (::a.b.c.d, deprecated) and the NAT64
+# well-known prefix (64:ff9b::a.b.c.d), which a NAT64 gateway forwards to that IPv4 address.
+_CARRIES_IPV4 = tuple(
+    ipaddress.IPv6Network(network)
+    for network in ("::ffff:0:0/96", "::ffff:0:0:0/96", "::/96", "64:ff9b::/96")
+)
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+
+
+def meant(address: Address) -> Address:
+    """The address a packet to `address` ends up at: an IPv6 form that carries an IPv4
+    address (above, and 6to4's 2002:a.b.c.d::/48) means that IPv4 address."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _CARRIES_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
+def _public(address: Address) -> bool:
+    """A public unicast address. IPv6 must also be global unicast (2000::/3): Python 3.11's
+    is_global takes site-local fec0::/10 and the local-use NAT64 prefix 64:ff9b:1::/48 for
+    global, and Teredo (2001::/32) is not global either."""
+    if address.is_multicast or not address.is_global:
+        return False
+    return isinstance(address, ipaddress.IPv4Address) or address in _GLOBAL_UNICAST
 
 
 def _network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:

@@ -79,6 +79,29 @@ def test_a_notify_url_to_an_internal_address_is_refused_at_start(
         assert session.scalar(select(Run.notify_url)) == f"http://2130706433:{port}/hooks"
 
 
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254, the cloud metadata service
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "::ffff:0:7f00:1",  # IPv4-translated 127.0.0.1
+        "fec0::1",  # site-local
+    ],
+)
+def test_an_ipv6_form_of_an_internal_address_is_refused_at_start(
+    receiver: HookSandbox, address: str
+) -> None:
+    with live_server(make_app()) as base:
+        # when a notify_url names an internal address in an IPv6 form that carries it
+        refused = _start(base, f"http://[{address}]/hooks")
+    # then it is refused as the address it means, and no run starts
+    assert refused.status_code == 422, refused.text
+    assert "NIGHTSHIFT_NOTIFY_ALLOWED does not allow" in refused.json()["error"]
+    with transaction() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 0
+
+
 def test_a_delivery_checks_the_address_again_and_sends_nothing_where_it_is_not_allowed(
     receiver: HookSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
