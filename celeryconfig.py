@@ -37,7 +37,7 @@ task_retry_on_worker_lost = True
 # and the step's Postgres lease refuses that duplicate. Cancelling cannot stop a thread anyway
 # (the threads pool has no terminate), and on prefork it would throw away the step's work.
 # Celery 6 turns this on by default, hence explicit. The Redis-restart crash itself is handled
-# by pipeline.app.install_broker_guard.
+# by pipeline.celery_patches.install_broker_guard.
 worker_cancel_long_running_tasks_on_connection_loss = False
 
 # No started state is stored: steps keep no result.

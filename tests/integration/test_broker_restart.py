@@ -1,9 +1,10 @@
 """A worker survives its Redis restarting while it holds an unacknowledged step message.
 
-Before pipeline.app.install_broker_guard every such worker exited with `Unrecoverable error:
-AttributeError("'NoneType' object has no attribute 'hostname'")`. The crash needs a step
-running (its message unacked, acks_late) and a free slot (a BRPOP in flight on the task
-channel) when the connection breaks; the test waits for both, seen in Redis, then kills it.
+Before pipeline.celery_patches.install_broker_guard every such worker exited with
+`Unrecoverable error: AttributeError("'NoneType' object has no attribute 'hostname'")`. The
+crash needs a step running (its message unacked, acks_late) and a free slot (a BRPOP in flight
+on the task channel) when the connection breaks; the test waits for both, seen in Redis, then
+kills it.
 
 The worker's Redis is embedded and the test's own (it is killed); PostgreSQL is the session's.
 """

@@ -25,7 +25,7 @@ import pytest
 
 from models import RunStatus
 from pipeline import embedded
-from pipeline.app import COLD_SHUTDOWN_EXIT
+from pipeline.celery_patches import COLD_SHUTDOWN_EXIT
 from pipeline.processes.celery_process import CeleryProcess, wait_for
 from tests.cut_proxy import CutProxy
 from tests.integration.conftest import ProcessFactory

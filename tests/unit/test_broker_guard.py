@@ -2,7 +2,8 @@
 
 The consumer collects its broker connection when it breaks; whatever then still uses a channel
 of it (the second close, a step's late ack) must see a ConnectionError, which the worker
-handles, and not the AttributeError that made it exit (see pipeline.app.install_broker_guard).
+handles, and not the AttributeError that made it exit (see
+pipeline.celery_patches.install_broker_guard).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from kombu import Connection, Queue
 from kombu.transport import redis as kombu_redis
 
 import pipeline.app  # noqa: F401  (installs the guard, as the worker does)
-from pipeline.app import install_broker_guard
+from pipeline.celery_patches import install_broker_guard
 
 
 def test_installing_twice_patches_once() -> None:
