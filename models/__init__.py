@@ -1,20 +1,23 @@
 """The durable record: SQLAlchemy 2 typed ORM for every table nightshift keeps."""
 
 from models.action import Action, ActionAudit
+from models.api_token import ApiToken
 from models.artifact import Artifact, artifact_url
 from models.base import Base, table_of
 from models.batch import Alert, Batch
-from models.credential import ApiToken, StatusPageSession
+from models.beat_schedules import BeatSchedules
+from models.external_event import ExternalEvent
 from models.journal import JournalEntry
+from models.model_outage import ModelOutage
 from models.notification import Notification
-from models.outage import ModelOutage
 from models.resumption import ResumeCause, Resumption
 from models.run import Run, tokens_used
 from models.run_event import RunEvent
-from models.schedule import BeatSchedules, ExternalEvent, ScheduleFire
+from models.schedule_fire import ScheduleFire
 from models.status import ActionState, BatchStatus, FireDecision, RunStatus
-from models.webhook import WebhookDelivery
-from models.worker import WorkerHeartbeat
+from models.status_page_session import StatusPageSession
+from models.webhook_delivery import WebhookDelivery
+from models.worker_heartbeat import WorkerHeartbeat
 
 __all__ = [
     "Action",
