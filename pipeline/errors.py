@@ -228,13 +228,16 @@ class RunStopped(StopStep):
 HIDDEN = "***"
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>()\[\]{},]+")
 _WEB = frozenset({"http", "https", "ws", "wss"})
+_TOKEN_LIKE = re.compile(r"[\w-]{16,}", re.ASCII)
+_CHARACTER_CLASSES = ("[a-z]", "[A-Z]", "[0-9]")
 
 
 def redact_url(url: str) -> str:
     """`postgresql://app:s3cret@db/x?sslpassword=y` -> `postgresql://app:***@db/x?***`.
 
     A lone user name stays for databases and brokers (it says which account); on the web a
-    lone user part is a token (`https://TOKEN@host`) and is hidden too.
+    lone user part is a token (`https://TOKEN@host`) and is hidden too, and so is a path
+    segment that may be one (`https://hooks.slack.com/services/T0/B0/***`).
     """
     try:
         parts = urlsplit(url)
@@ -250,7 +253,20 @@ def redact_url(url: str) -> str:
             userinfo = HIDDEN
         netloc = f"{userinfo}@{host}"
     query = HIDDEN if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    path = parts.path
+    if parts.scheme.lower() in _WEB:
+        path = "/".join(_hidden_if_secret(segment) for segment in path.split("/"))
+    return urlunsplit((parts.scheme, netloc, path, query, ""))
+
+
+def _hidden_if_secret(segment: str) -> str:
+    """A web path segment that may be a credential (a Slack or Discord hook's secret, a token;
+    an id too) hidden: 16 or more letters, digits, `_` or `-`, of two classes or more among
+    lower case, upper case and digits. Words (`/hooks/nightly-ops`) stay."""
+    if not _TOKEN_LIKE.fullmatch(segment):
+        return segment
+    classes = sum(1 for pattern in _CHARACTER_CLASSES if re.search(pattern, segment))
+    return HIDDEN if classes >= 2 else segment
 
 
 def redact_urls(text: str) -> str:

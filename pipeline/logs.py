@@ -1,14 +1,17 @@
-"""Log lines that say which run, step, agent and worker they are about.
+"""Log lines that say which run, step, agent and worker they are about, each one line with
+no secret in its URLs.
 
 The engine sets the step's context once; every line logged through `get_logger` while that
 step works (engine, tools, actions, retries) carries it, in whatever thread it runs.
-`redact_http_logs` gives the HTTP client's own lines the redaction of ours.
+`safe_log_lines` makes every line of a process one line, whatever text it quotes, and redacts
+the URLs it names.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, MutableMapping
+import re
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -39,26 +42,47 @@ def get_logger(name: str) -> logging.LoggerAdapter:  # type: ignore[type-arg,unu
     return _StepAdapter(logging.getLogger(name), {})
 
 
-class _RedactUrls(logging.Filter):
-    """Every URL in a line, its arguments included, without credentials or query string."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str):
-            record.msg = redact_urls(record.msg)
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                redact_urls(str(arg)) if "://" in str(arg) else arg for arg in record.args
-            )
-        return True
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Characters that break a line or steer a terminal: C0 and C1 controls (newline, carriage
+return, escape, NEL) and the Unicode line and paragraph separators."""
 
 
-HTTP_CLIENT_LOGGERS = ("httpx", "httpcore")
+def one_line(text: str) -> str:
+    """`text` with each control character written as its escape (`\\n`, `\\x1b`, `\\u2028`)."""
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
 
 
-def redact_http_logs() -> None:
-    """httpx logs each request's URL at INFO (`HTTP Request: POST http://u:secret@...?key=`),
-    for every call a tool, the SDK or a webhook makes: its lines get our redaction."""
-    for name in HTTP_CLIENT_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _RedactUrls) for f in logger.filters):
-            logger.addFilter(_RedactUrls())
+class _SafeRecord(logging.LogRecord):
+    """A log record whose message is one line with every URL redacted, however it was built:
+    a newline from an input, a model's text or a header (`batch` = "x\\nINFO ... approve by")
+    cannot forge a line of its own, and a URL's credentials, query string and token-like path
+    segments (a hook's secret) stay out of the log. A traceback (exc_info) is left as it is."""
+
+    def getMessage(self) -> str:
+        message = super().getMessage()
+        if "://" in message:
+            message = redact_urls(message)
+        return one_line(message)
+
+
+class _SafeRecords:
+    """A log record factory: whatever the factory before it makes, as a `_SafeRecord`."""
+
+    def __init__(self, factory: Callable[..., logging.LogRecord]) -> None:
+        self.factory = factory
+
+    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self.factory(*args, **kwargs)
+        if type(record) is logging.LogRecord:  # another factory's subclass keeps its class
+            record.__class__ = _SafeRecord
+        return record
+
+
+def safe_log_lines() -> None:
+    """Make every log record of this process a `_SafeRecord`, whoever logs it (our lines,
+    Celery's, uvicorn's, httpx's `HTTP Request: POST <url>`). Called when a process starts to
+    serve (worker and beat, the API app, the CLI), never on import; a second call does
+    nothing."""
+    factory = logging.getLogRecordFactory()
+    if not isinstance(factory, _SafeRecords):
+        logging.setLogRecordFactory(_SafeRecords(factory))

@@ -21,7 +21,7 @@ from pipeline.engine.sender_pool import senders
 from pipeline.engine.step import StepOutcome
 from pipeline.engine.time_limit import execute_bounded_step
 from pipeline.errors import DatabaseUnavailable, NightshiftError
-from pipeline.logs import redact_http_logs
+from pipeline.logs import safe_log_lines
 from pipeline.reachability import BROKER, DATABASE
 from pipeline.registry import registry
 from pipeline.runs import (
@@ -50,8 +50,9 @@ def worker_id() -> str:
 
 
 @worker_init.connect
-def _redact_http_logs(**_: Any) -> None:
-    redact_http_logs()
+@beat_init.connect
+def _safe_log_lines(**_: Any) -> None:
+    safe_log_lines()
 
 
 @worker_init.connect

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from pipeline.api import pages, routes, spec
 from pipeline.api.base import ApiConfig, install_error_handlers
 from pipeline.api.middleware import BodyGuard, LocalOnly, SecurityHeaders
-from pipeline.logs import redact_http_logs
+from pipeline.logs import safe_log_lines
 from pipeline.runs.start import code_version
 
 log = logging.getLogger("nightshift.api")
@@ -34,7 +34,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         openapi_url=None,
     )
     app.state.config = config
-    redact_http_logs()
+    safe_log_lines()
     install_error_handlers(app)
     app.include_router(routes.router)
     pages.install(app, config)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from pipeline.cli.failures import LONG_RUNNING, describe, stop_what_this_command_started
 from pipeline.errors import NightshiftError
-from pipeline.logs import redact_http_logs
+from pipeline.logs import safe_log_lines
 
 Handler = Callable[[argparse.Namespace], int]
 AddCommand = Callable[[str, Handler, str], argparse.ArgumentParser]
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("nightshift").setLevel(logging.INFO)
-    redact_http_logs()
+    safe_log_lines()
     args = parse(argv)
     if args.command not in LONG_RUNNING:  # the closing line says what was started and stopped
         logging.getLogger("nightshift.embedded").setLevel(logging.WARNING)
