@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery
 from celery.beat import PersistentScheduler, ScheduleEntry, SchedulingError
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.celery_patches import install_patches
 from pipeline.db import after_commit
+from pipeline.process_wide import ProcessWide
 from pipeline.reachability import BROKER
 
 # Before any broker connection exists: a Redis restart must not kill the worker.
@@ -72,19 +73,7 @@ def send_step(
     kwargs: dict[str, Any] = {"run_id": str(run_id), "agent": agent, "step": step, "batch": batch}
     if handoffs:
         kwargs["handoffs"] = handoffs
-    # Nobody reads a step's return value: no result stored, no result subscription here, and
-    # no AsyncResult built (it builds the result backend, once per thread: a step runs in a
-    # new thread each time, and redis-py's client reads package metadata: ~1.5 ms a send).
-    # Not added to a sending task's children either (a stored result would list it).
-    app.send_task(
-        STEP_TASK,
-        kwargs=kwargs,
-        kwargsrepr=step_kwargs_repr(kwargs),
-        countdown=countdown,
-        ignore_result=True,
-        result_cls=_Sent,
-        add_to_parent=False,
-    )
+    step_queue().send(kwargs, countdown)
 
 
 def step_kwargs_repr(kwargs: dict[str, Any]) -> str:
@@ -96,22 +85,61 @@ def step_kwargs_repr(kwargs: dict[str, Any]) -> str:
 
 
 def oldest_queued_run(queue: str, looked_at: int = 20) -> uuid.UUID | None:
-    """The run of the oldest step message still waiting in `queue` (kombu's Redis list: the
-    next message a worker takes is its last element), or None when no step waits. Looks at
-    the `looked_at` oldest messages (the queue also carries `.delay()` entry points)."""
-    with app.connection_for_read() as connection:
-        client = connection.default_channel.client
-        raw = client.lrange(queue, -looked_at, -1)
-    for message in reversed(raw):
-        try:
-            envelope = json.loads(message)
-            if envelope["headers"].get("task") != STEP_TASK:
+    """The run of the oldest step message still waiting in `queue`, or None when no step
+    waits (the tick's FIFO guard)."""
+    return step_queue().oldest_run(queue, looked_at)
+
+
+class StepQueue(Protocol):
+    """Where this process's step messages go: the broker (`BrokerQueue`), or, in a test,
+    pipeline.testing's in-process queue, which runs each step as a worker's task would."""
+
+    def send(self, kwargs: dict[str, Any], countdown: float | None) -> None:
+        """One `pipeline.step` message with these keyword arguments."""
+
+    def oldest_run(self, queue: str, looked_at: int) -> uuid.UUID | None:
+        """The run of the oldest step message still waiting in `queue`."""
+
+
+class BrokerQueue:
+    """Step messages through Celery to the broker."""
+
+    def send(self, kwargs: dict[str, Any], countdown: float | None) -> None:
+        # Nobody reads a step's return value: no result stored, no result subscription here,
+        # and no AsyncResult built (it builds the result backend, once per thread: a step runs
+        # in a new thread each time, and redis-py's client reads package metadata: ~1.5 ms a
+        # send). Not added to a sending task's children either (a stored result would list it).
+        app.send_task(
+            STEP_TASK,
+            kwargs=kwargs,
+            kwargsrepr=step_kwargs_repr(kwargs),
+            countdown=countdown,
+            ignore_result=True,
+            result_cls=_Sent,
+            add_to_parent=False,
+        )
+
+    def oldest_run(self, queue: str, looked_at: int) -> uuid.UUID | None:
+        """kombu's Redis list: the next message a worker takes is its last element. Looks at
+        the `looked_at` oldest messages (the queue also carries `.delay()` entry points)."""
+        with app.connection_for_read() as connection:
+            client = connection.default_channel.client
+            raw = client.lrange(queue, -looked_at, -1)
+        for message in reversed(raw):
+            try:
+                envelope = json.loads(message)
+                if envelope["headers"].get("task") != STEP_TASK:
+                    continue
+                _, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
+                return uuid.UUID(kwargs["run_id"])
+            except (ValueError, KeyError, TypeError):  # another producer's message: not a step
                 continue
-            _, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
-            return uuid.UUID(kwargs["run_id"])
-        except (ValueError, KeyError, TypeError):  # another producer's message: not a step
-            continue
-    return None
+        return None
+
+
+step_queue: ProcessWide[StepQueue] = ProcessWide(BrokerQueue)
+"""This process's step queue: the broker, unless a block put another in force
+(`step_queue.replaced_by(...)`, what pipeline.testing does)."""
 
 
 class _Sent:

@@ -24,6 +24,7 @@ from importlib.metadata import (
 
 from pipeline.agent_definition import Agent, EventSource
 from pipeline.errors import Misconfigured, UnknownAgent, UnknownEventSource
+from pipeline.process_wide import ProcessWide
 from pipeline.settings import Settings, get_settings
 
 ENTRY_POINT_GROUP = "nightshift.agents"
@@ -157,8 +158,12 @@ def build(declared: Iterable[_Declared]) -> Registry:
             agent, item.path, item.source, item.package or module, item.release or _release(module)
         )
         agents.setdefault(agent.name, registered)
+    return Registry(agents, _event_sources(agents.values()))
+
+
+def _event_sources(agents: Iterable[Registered]) -> dict[str, tuple[Agent, EventSource]]:
     sources: dict[str, tuple[Agent, EventSource]] = {}
-    for registered in agents.values():
+    for registered in agents:
         for source in registered.agent.event_sources:
             other = sources.get(source.name)
             if other is not None:
@@ -167,7 +172,19 @@ def build(declared: Iterable[_Declared]) -> Registry:
                     f"from source {source.name!r}"
                 )
             sources[source.name] = (registered.agent, source)
-    return Registry(agents, sources)
+    return sources
+
+
+def agents_by_value(agents: Iterable[Agent], source: str) -> Registry:
+    """A registry of exactly these agents, given as values rather than found by path (a
+    test's agent, its tools stubbed); `source` says who registered them."""
+    found: dict[str, Registered] = {}
+    for agent in agents:
+        if agent.name in found:
+            raise RegistryError(f"{source}: two agents are named {agent.name!r}")
+        path = f"{source}:{agent.name}"
+        found[agent.name] = Registered(agent, path, source, source, "unpackaged")
+    return Registry(found, _event_sources(found.values()))
 
 
 def _release(module: str) -> str:
@@ -189,10 +206,13 @@ def _distributions() -> Mapping[str, list[str]]:
     return packages_distributions()
 
 
-@cache
-def registry() -> Registry:
-    """This process's agents, loaded on first use."""
+def _registered_here() -> Registry:
     return build(_declared(get_settings().agents))
+
+
+registry: ProcessWide[Registry] = ProcessWide(_registered_here)
+"""This process's agents, loaded on first use (`registry.cache_clear()` loads them again);
+pipeline.testing puts a test's agent in force (`registry.replaced_by(agents_by_value(...))`)."""
 
 
 def get_agent(name: str) -> Agent:

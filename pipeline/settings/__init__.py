@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import SettingsError
 from pipeline.prices import ModelPrice, PriceTable
+from pipeline.process_wide import ProcessWide
 from pipeline.settings import options as o
 from pipeline.settings.declared import (  # noqa: F401 (DEFAULT_MODEL, SECRET_ROW re-exported)
     DEFAULT_MODEL,
@@ -172,6 +173,6 @@ def use_environment(values: Mapping[str, str], *, only_unset: bool = False) -> S
     return get_settings()
 
 
-@cache
-def get_settings() -> Settings:
-    return Settings.from_env()
+get_settings: ProcessWide[Settings] = ProcessWide(Settings.from_env)
+"""This process's settings, read from its environment once (`get_settings.cache_clear()` reads
+them again); pipeline.testing puts a test's own in force (`get_settings.replaced_by`)."""
