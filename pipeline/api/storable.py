@@ -21,15 +21,16 @@ class Unstorable(Invalid):
 
 NUL = "a value holds a NUL (U+0000) character, which cannot be stored"
 SURROGATE = "a value holds a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode"
-# A JSON string can hold either only as an escape: where none is, the body is not parsed again.
-_SUSPECT_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+# A JSON string holds either as an escape, or a surrogate as its raw UTF-8 bytes (ED A0..BF),
+# which Python's JSON decoder lets through: where neither is, the body is not parsed again.
+_SUSPECT = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])|\xed[\xa0-\xbf]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def unstorable_body(body: bytes) -> Unstorable | None:
     """Why a JSON body cannot be stored (a NUL, a lone surrogate), or None. A body that is not
     JSON is the route's to refuse, with its own message."""
-    if not _SUSPECT_ESCAPE.search(body):
+    if not _SUSPECT.search(body):
         return None
     try:
         document = json.loads(body)

@@ -71,10 +71,36 @@ def validate_input(agent_name: str, run_input: object, *, caller: bool = True) -
             f"input for agent {agent_name!r} is {size} bytes; the limit is {limit} "
             "(NIGHTSHIFT_MAX_INPUT_BYTES)"
         )
+    if caller and _nested_deeper(run_input, MAX_INPUT_DEPTH):
+        raise InvalidInput(
+            f"input for agent {agent_name!r} is nested too deeply: objects and arrays may sit "
+            f"at most {MAX_INPUT_DEPTH} levels within each other"
+        )
     errors = agent.input_errors(run_input)
     if errors:
         raise InvalidInput(f"input for agent {agent_name!r} is invalid: " + "; ".join(errors))
     return run_input
+
+
+MAX_INPUT_DEPTH = 64
+"""How deep objects and arrays may nest in a caller's input: a run's record is shown, sent and
+serialized whole (pydantic's serializer stops at about 255 levels, and such a run could be
+started and then never shown)."""
+
+
+def _nested_deeper(value: object, depth: int) -> bool:
+    """Whether `value` nests objects and arrays more than `depth` levels (without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if not isinstance(item, list):
+            continue
+        if level > depth:
+            return True
+        pending.extend((child, level + 1) for child in item)
+    return False
 
 
 def new_run(

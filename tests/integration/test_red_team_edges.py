@@ -4,17 +4,32 @@ refuses, escapes or is cut off."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
+from sqlalchemy import update
 
-from models import RunStatus
+from models import Batch, Run, RunStatus
+from pipeline.db import transaction
 from pipeline.sandbox.githost import GitHostSandbox
-from tests.integration.api_fixtures import AUTH, live_server, make_app
+from tests.integration.api_fixtures import (
+    AUTH,
+    count,
+    live_server,
+    make_app,
+    park_on_approval,
+    person_token,
+    submit_login,
+)
 from tests.integration.conftest import ProcessFactory
 from tests.support import wait_for_status
+
+ECHO = "tests.fixture_agents:ECHO"
+"""An agent whose input takes any further field, of any shape."""
 
 FORGED = "INFO nightshift.decisions action price_synthesis:sku-2:night: approve by pricing@x.com"
 
@@ -40,3 +55,73 @@ def test_a_newline_in_an_input_cannot_forge_a_log_line(
     log = (tmp_path / "w1.log").read_text()
     assert f"acme/shop\\n{FORGED}\\r\\x1b[2K" in log
     assert not [line for line in log.splitlines() if line.startswith("INFO nightshift")]
+
+
+# -- three 500s: each a clear 4xx now -------------------------------------------------------
+
+
+def test_raw_surrogate_bytes_in_an_input_are_a_422(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with live_server(make_app()) as base:
+        # when a run's input holds half of a surrogate pair as raw UTF-8 bytes (no escape)
+        body = b'{"agent": "patch", "input": {"issue": 7, "repo": "a/b", "title": "\xed\xa0\x80"}}'
+        headers = {**AUTH, "Content-Type": "application/json"}
+        started = httpx.post(f"{base}/runs", content=body, headers=headers)
+    # then it is refused, saying what, and nothing is stored or logged as an error
+    assert started.status_code == 422, started.text
+    assert "lone surrogate" in started.json()["error"]
+    assert count(Run) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_batch_page_far_past_its_last_is_a_4xx(db_url: str) -> None:
+    # given a batch with a child
+    park_on_approval()
+    with transaction() as session:
+        session.add(Batch(id="night-1", name="patches"))
+        session.execute(update(Run).values(batch_id="night-1"))
+    with live_server(make_app()) as base, httpx.Client(base_url=base) as browser:
+        submit_login(browser, {"token": person_token()})
+        # when a signed-in person asks for page 10**17 (its offset is past a bigint), or page 2
+        far = browser.get("/ui/batches/night-1", params={"page": str(10**17)})
+        next_one = browser.get("/ui/batches/night-1", params={"page": "2"})
+        first = browser.get("/ui/batches/night-1", params={"page": "1"})
+    # then there is no such page, said on the page
+    assert far.status_code == 404, far.text
+    assert "no page 100000000000000000" in far.text and "1 page(s)" in far.text
+    assert next_one.status_code == 404
+    assert first.status_code == 200
+
+
+def _nested(depth: int) -> object:
+    value: object = "bottom"
+    for _ in range(depth - 1):
+        value = {"deeper": value}
+    return value
+
+
+def test_an_input_nested_too_deep_is_refused_at_start(
+    db_url: str, register_agents: Callable[..., None]
+) -> None:
+    # given an agent whose input takes fields of any shape
+    register_agents(ECHO)
+    with live_server(make_app()) as base:
+        # when a run's input is nested 260 deep
+        body = {"agent": "echo_outside", "input": {"word": "hi", "extra": _nested(258)}}
+        refused = httpx.post(f"{base}/runs", json=body, headers=AUTH)
+        # and as deep as may be
+        ok_body = {"agent": "echo_outside", "input": {"word": "hi", "extra": _nested(62)}}
+        started = httpx.post(f"{base}/runs", json=ok_body, headers=AUTH)
+        assert started.status_code == 201, started.text
+        shown = httpx.get(f"{base}/runs/{started.json()['run_id']}", headers=AUTH)
+    # then the first is refused in one line naming the limit, and starts nothing
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == (
+        "input for agent 'echo_outside' is nested too deeply: objects and arrays may sit at "
+        "most 64 levels within each other"
+    )
+    # while the one within the limit is started and can be shown
+    assert shown.status_code == 200, shown.text
+    assert count(Run) == 1

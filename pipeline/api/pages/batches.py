@@ -17,7 +17,7 @@ from pipeline.api.pages.base import (
     to_login,
 )
 from pipeline.api.sse import event_stream
-from pipeline.errors import NightshiftError, Unauthenticated
+from pipeline.errors import NightshiftError, NotFound, Unauthenticated
 from pipeline.views.batches import show_batch
 from pipeline.views.feed import Subject, format_position, latest_position
 from pipeline.views.runs import list_runs
@@ -26,6 +26,11 @@ CHILDREN_A_PAGE = 100
 """A batch's page lists its children this many at a time, under their counts by status."""
 
 router = APIRouter(include_in_schema=False)
+
+
+class NoSuchPage(NotFound):
+    """The batch's children end before the page asked for."""
+
 
 # The batch id is a path, so the routes under it come before the page's own.
 
@@ -57,10 +62,15 @@ def batch_page(request: Request, batch_id: str, page: int = 1) -> Response:
         batch = show_batch(batch_id).as_json()
     except NightshiftError as exc:
         return failure(request, session, exc)
-    page = max(page, 1)
+    total = batch["children"]["total"]
+    last_page = max(1, -(-total // CHILDREN_A_PAGE))
+    if not 1 <= page <= last_page:
+        return failure(request, session, NoSuchPage(
+            f"batch {batch_id} has {last_page} page(s) of children ({CHILDREN_A_PAGE} a "
+            f"page); there is no page {page}"
+        ))  # fmt: skip
     first = (page - 1) * CHILDREN_A_PAGE
     runs = list_runs(batch=batch_id, limit=CHILDREN_A_PAGE, offset=first)
-    total = batch["children"]["total"]
     pages = {
         "first": first + 1 if runs else first,
         "last": first + len(runs),
