@@ -29,8 +29,8 @@ from sqlalchemy import text
 
 import pipeline.embedded as embedded
 from beat_schedule import SCHEDULES
+from pipeline.chaos.approvals import APPROVER
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
-from pipeline.chaos.faults import APPROVER
 from pipeline.chaos.hosts import Host, Network
 from pipeline.chaos.poison import AGENT_PATH as POISON_PATH
 from pipeline.chaos.poison import KILL_MARK

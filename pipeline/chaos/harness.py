@@ -24,19 +24,13 @@ from typing import Any
 
 from sqlalchemy import text
 
+from pipeline.chaos.approvals import Approvals
 from pipeline.chaos.cluster import LEASE_SECONDS, Cluster
 from pipeline.chaos.common import TRANSIENT
-from pipeline.chaos.faults import (
-    DEFAULT_WEIGHTS,
-    NETWORK_KINDS,
-    Approvals,
-    parse_weights,
-    plan_faults,
-    schedule_hash,
-    write_fault_log,
-)
+from pipeline.chaos.faults import FaultKind, default_weights, parse_weights, registered
 from pipeline.chaos.hosts import unavailable
 from pipeline.chaos.injector import Injector
+from pipeline.chaos.plan import plan_faults, schedule_hash, write_fault_log, write_schedule
 from pipeline.chaos.report import ChaosReport, deliveries, verify
 from pipeline.chaos.workload import Workload
 from pipeline.db import transaction
@@ -56,7 +50,7 @@ class ChaosConfig:
     hosts: int = 0
     """Worker hosts (network namespaces) the workers are spread over; 0: this machine's own
     network, and no partitions."""
-    weights: dict[str, float] = field(default_factory=lambda: parse_weights(DEFAULT_WEIGHTS))
+    weights: dict[str, float] = field(default_factory=lambda: parse_weights(default_weights()))
     rate: float = DEFAULT_RATE
     settle_seconds: float | None = None
     """Default: a third of the duration, between 60 and 180 seconds."""
@@ -69,9 +63,15 @@ class ChaosConfig:
 
     def planned_weights(self) -> dict[str, float]:
         """Partitions need worker hosts: without them their weight is 0."""
+        kinds = registered()
         return {
-            k: 0.0 if k in NETWORK_KINDS and not self.hosts else w for k, w in self.weights.items()
+            k: 0.0 if kinds[k].needs_hosts and not self.hosts else w
+            for k, w in self.weights.items()
         }
+
+
+def _partitions() -> list[FaultKind]:
+    return [kind for kind in registered().values() if kind.needs_hosts]
 
 
 def default_hosts() -> int:
@@ -219,13 +219,13 @@ def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosR
     root = Path(tempfile.mkdtemp(prefix="nightshift-chaos-", dir="/tmp"))
     root.chmod(0o755)
     cluster = Cluster(root, config.workers, queue=f"chaos-{os.getpid()}", hosts=config.hosts)
-    (root / "schedule.txt").write_text("\n".join(f.describe() for f in plan) + "\n")
+    write_schedule(root / "schedule.txt", plan)
     where = f"on {config.hosts} worker hosts" if config.hosts else "on this machine's network"
     say(
         f"chaos: seed {config.seed}, {config.duration:.0f}s, {config.workers} workers {where}, "
         f"{len(plan)} faults planned (schedule {digest}: {root / 'schedule.txt'})"
     )
-    if not config.hosts and any(config.weights.get(k) for k in NETWORK_KINDS):
+    if not config.hosts and any(config.weights.get(k.name) for k in _partitions()):
         say(f"no partitions: no worker hosts ({unavailable() or 'asked for none: --hosts 0'})")
     started = time.monotonic()
 

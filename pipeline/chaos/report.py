@@ -14,14 +14,15 @@ from sqlalchemy import text
 from models import RunStatus
 from pipeline.chaos.cluster import LEASE_SECONDS
 from pipeline.chaos.common import retrying
-from pipeline.chaos.faults import KINDS, RESUMABLE
+from pipeline.chaos.faults import describe, registered
 from pipeline.chaos.poison import POISON as POISON_AGENT
 from pipeline.db import transaction
 from pipeline.sandbox import read_log
 
 if TYPE_CHECKING:
+    from pipeline.chaos.approvals import Approvals
     from pipeline.chaos.cluster import Cluster
-    from pipeline.chaos.faults import Approvals, Fault
+    from pipeline.chaos.faults import Fault
     from pipeline.chaos.harness import ChaosConfig, Sampler
     from pipeline.chaos.injector import Injector
     from pipeline.chaos.workload import Workload
@@ -101,8 +102,11 @@ class ChaosReport:
 
     def text(self) -> str:
         total = sum(self.faults.values())
-        kinds = [f"{k} {self.faults.get(k, 0)}" for k in KINDS]
-        cuts = self.faults.get("cut_postgres", 0) + self.faults.get("cut_redis", 0)
+        kinds = [f"{k} {self.faults.get(k, 0)}" for k in registered()]
+        tallies: dict[str, int] = {}
+        for name, kind in registered().items():
+            if kind.tally:
+                tallies[kind.tally] = tallies.get(kind.tally, 0) + self.faults.get(name, 0)
         skipped = sum(self.skipped.values())
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(self.runs.items()))
         stale = ", ".join(f"{k} {v}" for k, v in self.stale_writes.items())
@@ -113,7 +117,7 @@ class ChaosReport:
             f"faults injected      {total} of {self.planned} planned: {'  '.join(kinds[:6])}"
             + (f"  (skipped {skipped})" if skipped else ""),
             f"                     {'  '.join(kinds[6:])}",
-            f"  of which           {cuts} partitions, {self.faults.get('wipe', 0)} broker wipes",
+            "  of which           " + ", ".join(f"{n} {what}" for what, n in tallies.items()),
             f"runs                 {sum(self.runs.values())}: {statuses}",
             "  by agent           "
             + ", ".join(f"{a} {sum(n.values())}" for a, n in sorted(self.runs_by_agent.items())),
@@ -307,8 +311,8 @@ def verify(
         resume_seconds=_summary(resumes),
         resume_by_kind={
             kind: _summary([s for k, s in sampler.resumed if k == kind])
-            for kind in KINDS
-            if kind in RESUMABLE
+            for kind, what in registered().items()
+            if what.interrupts
         },
         side_effects=sum(delivered.values()),
         duplicates=sum(n - 1 for n in delivered.values() if n > 1),
@@ -343,7 +347,7 @@ def verify(
             f"{d.name} at +{d.at}s (exit {d.code}): {d.reason}" for d in cluster.deaths
         ],
         exit_reasons=dict(Counter(d.reason for d in cluster.deaths).most_common()),
-        fault_notes=[f"{r.fault.describe()}: {r.note}" for r in injector.records if not r.injected]
+        fault_notes=[f"{describe(r.fault)}: {r.note}" for r in injector.records if not r.injected]
         + [f"harness: {error}" for error in workload.errors[:20]],
     )
     waits = retrying(_model_waits)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from models import Run
+from pipeline.chaos.approvals import Approvals, pending_approvals
 from pipeline.chaos.common import TRANSIENT, retrying
-from pipeline.chaos.faults import Approvals, pending_approvals
 from pipeline.chaos.poison import POISON
 from pipeline.db import transaction
 from pipeline.keys import batch_of_synthesis

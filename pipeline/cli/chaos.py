@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from pipeline.chaos.faults import DEFAULT_WEIGHTS, parse_weights
+from pipeline.chaos.faults import default_weights, parse_weights
 from pipeline.chaos.harness import DEFAULT_RATE, ChaosConfig, default_hosts, run_chaos
 from pipeline.chaos.hosts import MAX_HOSTS, unavailable
 from pipeline.cli.format import print_json
@@ -36,8 +36,8 @@ def register(add: AddCommand) -> None:
     )
     command.add_argument(
         "--faults",
-        default=DEFAULT_WEIGHTS,
-        help=f"relative weights of the fault kinds (default {DEFAULT_WEIGHTS})",
+        default=default_weights(),
+        help=f"relative weights of the fault kinds (default {default_weights()})",
     )
     command.add_argument(
         "--rate",

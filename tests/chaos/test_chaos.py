@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.chaos.faults import DEFAULT_WEIGHTS, KINDS, parse_weights, plan_faults, schedule_hash
+from pipeline.chaos.faults import default_weights, kind_names, parse_weights
 from pipeline.chaos.hosts import unavailable
+from pipeline.chaos.plan import plan_faults, schedule_hash
 
 pytestmark = pytest.mark.chaos
 
@@ -39,7 +40,7 @@ METRIC_LINES = (
 
 
 def test_the_same_seed_plans_the_same_faults_and_every_kind_appears() -> None:
-    weights = parse_weights(DEFAULT_WEIGHTS)
+    weights = parse_weights(default_weights())
 
     first = plan_faults(SEED, DURATION, RATE, weights, lease_seconds=3)
     again = plan_faults(SEED, DURATION, RATE, weights, lease_seconds=3)
@@ -47,7 +48,7 @@ def test_the_same_seed_plans_the_same_faults_and_every_kind_appears() -> None:
 
     assert first == again and schedule_hash(first) == schedule_hash(again)
     assert schedule_hash(first) != schedule_hash(other)
-    assert len(first) == 40 and {f.kind for f in first} == set(KINDS)
+    assert len(first) == 40 and {f.kind for f in first} == set(kind_names())
     assert [f.at for f in first] == sorted(f.at for f in first)
 
 
@@ -73,7 +74,7 @@ def test_faults_of_every_kind_lose_no_run_and_repeat_no_side_effect() -> None:
     assert done.stdout.strip(), f"no report; stderr:\n{done.stderr[-4000:]}"
     report = json.loads(done.stdout)
     story = f"{report['text']}\n\nprogress:\n{done.stderr[-3000:]}"
-    assert {kind for kind, count in report["faults"].items() if count} == set(KINDS), story
+    assert {kind for kind, count in report["faults"].items() if count} == set(kind_names()), story
     assert report["duplicates"] == 0 and report["duplicate_keys"] == [], story
     assert report["missing_effects"] == [], story
     assert report["lost"] == [] and report["stuck"] == [], story

@@ -4,7 +4,7 @@ apart (one first decision, one repeat), and nothing is approved twice."""
 
 from __future__ import annotations
 
-from pipeline.chaos.faults import Approvals
+from pipeline.chaos.approvals import Approvals
 from pipeline.chaos.webhook import ApprovalWebhook
 from tests.integration.api_fixtures import (
     APPROVAL_SECRET,
