@@ -13,7 +13,7 @@ from celery.exceptions import Reject
 from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
 from sqlalchemy.exc import SQLAlchemyError
 
-from pipeline.app import app, send_step
+from pipeline.app import HANDED_OFF, app, send_step
 from pipeline.engine.holders import holder_here
 from pipeline.engine.llm import load_sdk
 from pipeline.engine.notification_sender import deliver
@@ -179,7 +179,7 @@ def step(
         if isinstance(exc, DatabaseUnavailable):  # no claim: nothing was done
             if not outage:  # every kept connection stayed busy for a lease
                 log.warning("%s; sending the step again", exc)
-            return _send_again(exc, run_id, agent, step, batch, handoffs)
+            return _send_again(exc, run_id, agent, step, batch, handoffs, self.request)
         if not outage:
             raise
         # PostgreSQL went away mid-step: what the step did after its last commit is undone
@@ -193,6 +193,7 @@ def step(
             agent=agent or "",
             step=step or 0,
             batch=batch,
+            handed_off=self.request.get(HANDED_OFF),
             handoffs=handoffs + 1,
             countdown=HANDOFF_PAUSE_SECONDS,
         )
@@ -206,15 +207,16 @@ def _send_again(
     step: int | None,
     batch: str | None,
     handoffs: int,
+    request: Any,
 ) -> str:
     """Back in the queue for a worker that reaches PostgreSQL (dropped, the message would be
     lost until the tick re-sends the run); after a pause, so that a worker cut off from the
     database does not spin on the queue. Sent again rather than rejected: Celery logs every
-    rejection with a traceback."""
+    rejection with a traceback. The same hand-off: its time goes with it."""
     time.sleep(REQUEUE_PAUSE_SECONDS)
     try:
         send_step(uuid.UUID(run_id), agent=agent or "", step=step or 0, batch=batch,
-                  handoffs=handoffs)  # fmt: skip
+                  handed_off=request.get(HANDED_OFF), handoffs=handoffs)  # fmt: skip
     except Exception:  # the broker is away too: Celery puts the message back itself
         raise Reject(str(exc), requeue=True) from None
     return "requeued"

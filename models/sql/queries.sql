@@ -147,7 +147,8 @@ RETURNING id
 -- name: checkpoint
 -- The step's end, in one statement: step + 1, its counters, the lease given up, and its
 -- deferred journal entries (its last tool result), written only if the UPDATE found the fence
--- current. Returns the new step; no row: the lease is lost, nothing written.
+-- current. Returns the new step and the hand-off's time (the updated_at it wrote, as epoch
+-- seconds: the next step's message carries it); no row: the lease is lost, nothing written.
 WITH checkpointed AS (
     UPDATE runs
        SET step = step + 1,
@@ -171,7 +172,7 @@ WITH checkpointed AS (
                   CAST(%(step_names)s AS text[]), CAST(%(payloads)s AS jsonb[]))
                AS e(key, step, step_name, payload)
 )
-SELECT step FROM checkpointed
+SELECT step, CAST(extract(epoch FROM now()) AS float8) AS handed_off FROM checkpointed
 ;
 
 -- name: renew_leases

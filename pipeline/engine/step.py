@@ -400,10 +400,12 @@ class StepRunner:
         lease = self.lease
         deferred = self.loaded.journal.take_deferred()  # the last tool result
         usage = self.usage.amounts()
-        if step_sql.checkpoint(run.id, lease.fence, tool_calls, usage, deferred) is None:
+        handed_off = step_sql.checkpoint(run.id, lease.fence, tool_calls, usage, deferred)
+        if handed_off is None:
             raise LeaseLost(f"run {run.id}: fence {lease.fence} is no longer current")
         crash_point("after_checkpoint_before_enqueue")
-        send_step(run.id, agent=run.agent, step=run.step + 1, batch=run.batch_id)
+        send_step(run.id, agent=run.agent, step=run.step + 1, batch=run.batch_id,
+                  handed_off=handed_off)  # fmt: skip
         log.info("checkpointed")
         return StepResult(StepOutcome.CONTINUE, run.id)
 

@@ -170,9 +170,10 @@ def checkpoint(
     tool_calls: int,
     usage: dict[str, Any],
     entries: Sequence[Entry],
-) -> int | None:
+) -> float | None:
     """End the step: step + 1, its counters, the lease given up and its deferred entries, in
-    one statement. The run's new step, or None when the fence is gone (nothing written)."""
+    one statement. When the run was handed to its next step (app.HANDED_OFF), or None when the
+    fence is gone (nothing written)."""
     params = {
         "run_id": run_id,
         "fence": fence,
@@ -184,7 +185,7 @@ def checkpoint(
         "payloads": [Jsonb(entry.payload) for entry in entries],
     }
     (checkpointed,) = pipelined([_sql("checkpoint", params)])
-    return int(checkpointed[0].step) if checkpointed else None
+    return float(checkpointed[0].handed_off) if checkpointed else None
 
 
 def renew_leases(

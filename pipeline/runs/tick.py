@@ -9,13 +9,16 @@ which it ends.
 
 from __future__ import annotations
 
+import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 
-from pipeline.app import oldest_queued_run, send_step_after_commit
+from pipeline.app import queued_since, send_step_after_commit
 from pipeline.db import transaction
 from pipeline.logs import get_logger
 from pipeline.reachability import BROKER
@@ -31,12 +34,12 @@ log = get_logger("nightshift.tick")
 
 # Orphans: running, and either the lease expired or there is none and nothing happened for a
 # while (a step hands off by clearing its lease; a message normally claims within the grace).
-# A run with no lease is re-sent only if it was handed off before the oldest step message
-# still queued (:queued, its run): the queue is first in, first out, so a message sent before
-# that one was taken already; one sent after may still wait behind a night's backlog, and
-# re-sending it would only add a duplicate to the backlog. "Before" by a grace: updated_at is
-# its transaction's start, and the message goes after the commit, so under load two hand-offs
-# reach the queue in the other order (a 10,000-child night re-sent 14,439 steps without it).
+# A run with no lease is re-sent only if it was handed off a grace before the oldest step
+# message still queued (:queued_since, that message's own hand-off: pipeline/app.py): the
+# queue is first in, first out, so a message sent before that one was taken already; one sent
+# after may still wait behind a night's backlog, and re-sending it would only add a duplicate
+# to the backlog. "Before" by a grace: updated_at is its transaction's start, and the message
+# goes after the commit, so under load two hand-offs reach the queue in the other order.
 # Each orphan also opens a `resumptions` row (at most one open per run), recording when the
 # run stopped moving; the claim that picks it up closes the row (pipeline/engine/leases.py).
 # An expired lease is also a failed attempt of the run's step (pipeline/runs/failed_attempts.py).
@@ -48,10 +51,8 @@ _ORPHANS = text(
            AND (lease_expires_at < now()
                 OR (lease_expires_at IS NULL
                     AND updated_at < now() - make_interval(secs => :grace)
-                    AND updated_at < coalesce(
-                        (SELECT q.updated_at - make_interval(secs => :grace)
-                           FROM runs q WHERE q.id = CAST(:queued AS uuid)),
-                        'infinity')))
+                    AND updated_at < to_timestamp(:queued_since)
+                                     - make_interval(secs => :grace)))
          ORDER BY updated_at
          LIMIT :limit
          FOR UPDATE SKIP LOCKED
@@ -65,7 +66,8 @@ _ORPHANS = text(
     )
     UPDATE runs SET lease_expires_at = NULL, lease_owner = NULL, updated_at = now(), {lost}
       FROM picked WHERE runs.id = picked.id
-    RETURNING runs.id, runs.agent, runs.step, runs.batch_id
+    RETURNING runs.id, runs.agent, runs.step, runs.batch_id,
+              picked.lease_expires_at IS NOT NULL AS lapsed
     """.format(
         lost=failed_attempt_sets(
             FailureKind.CRASHED_WORKER,
@@ -78,16 +80,16 @@ _ORPHANS = text(
 )
 
 
-def _oldest_queued(settings: Settings) -> uuid.UUID | None:
-    """The run of the oldest step message waiting in the queue (None: none, or the broker is
-    away: then the re-sends fail too, and the next tick tries again)."""
+def _queued_since(settings: Settings) -> float:
+    """app.queued_since; -inf (nobody can tell) when the broker is away: then the re-sends
+    would fail too, and the next tick tries again."""
     try:
-        return oldest_queued_run(settings.queue)
+        return queued_since(settings.queue)
     except Exception as exc:
         if not BROKER.is_outage(exc):
             raise
         BROKER.failed(exc)
-        return None
+        return -math.inf
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,15 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
     max_wait = timedelta(days=settings.max_wait_days)
     with transaction() as session:
         grace = settings.handoff_grace_seconds
-        queued = _oldest_queued(settings)
+        queued = _queued_since(settings)
         orphans = session.execute(
             _ORPHANS,
-            {"grace": grace, "limit": limit, "queued": queued, "lease": settings.lease_seconds},
+            {
+                "grace": grace,
+                "limit": limit,
+                "queued_since": queued,
+                "lease": settings.lease_seconds,
+            },
         ).all()
         # Only after the commit: a step that claims must see the rows as updated here.
         for row in orphans:
@@ -125,7 +132,26 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
         # Last: notifications the transitions above owe, retries due, senders that died.
         notified = dispatch_due_txn(session, grace, limit)
     if orphans:
-        log.info("tick: resumed %d run(s) with no live worker", len(orphans))
+        _say_resent(orphans, queued)
     if woken:
         log.info("tick: woke %d run(s) whose timer is due or whose decision was made", len(woken))
     return TickReport([r.id for r in orphans], woken, expired, notified)
+
+
+def _say_resent(orphans: Sequence[Row[Any]], queued_since: float) -> None:
+    """Why the tick sent steps again: lapsed leases (a worker lost), and runs left without a
+    message (a crash between a commit and its send), with the queue it judged that by."""
+    lapsed = sum(1 for row in orphans if row.lapsed)
+    log.info(
+        "tick: re-sent %d run(s): %d whose lease expired, %d with no message (%s)",
+        len(orphans), lapsed, len(orphans) - lapsed, _backlog(queued_since),
+    )  # fmt: skip
+
+
+def _backlog(queued_since: float) -> str:
+    if queued_since == math.inf:
+        return "no message queued"
+    if queued_since == -math.inf:  # then none was re-sent for a missing message
+        return "the oldest queued messages do not say when their runs were handed off"
+    when = datetime.fromtimestamp(queued_since, UTC).isoformat(timespec="seconds")
+    return f"the oldest queued step was handed off at {when}"
