@@ -12,12 +12,12 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Engine, create_engine, event, exc, make_url, text
+from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 import pipeline.embedded as embedded
-from pipeline.settings import Settings, get_settings
+from pipeline.settings import Settings, get_settings, postgres_urls
 
 _lock = Lock()
 _engines: dict[tuple[int, str], Engine] = {}
@@ -53,11 +53,10 @@ def database_url(settings: Settings | None = None) -> str:
     return settings.database_url or _embedded(settings)["postgres"]
 
 
-def libpq_url(settings: Settings | None = None) -> str:
-    """The database URL as psycopg (libpq) reads it, for connections outside SQLAlchemy's pool
-    (a LISTEN that lasts as long as a wait)."""
-    url = make_url(database_url(settings)).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
+def conninfo(settings: Settings | None = None) -> str:
+    """The database as libpq's connection string, for a connection outside SQLAlchemy's pool
+    that must go where the pool's go (its hosts in turn, with their options)."""
+    return postgres_urls.conninfo(database_url(settings))
 
 
 def broker_url(settings: Settings | None = None) -> str:
@@ -90,6 +89,7 @@ def get_engine(url: str | None = None) -> Engine:
                 connect_args=connect_args(settings),
             )
             _ping_when_idle(engine)
+            _prepare_unless_pooled(engine)
             _engines[key] = engine
     return engine
 
@@ -120,14 +120,58 @@ def _ping_when_idle(engine: Engine) -> None:
             raise exc.DisconnectionError("pooled connection is dead")
 
 
+PREPARE_THRESHOLD: int | None = 5
+"""Statements run this often on one connection are prepared on the server (psycopg's default;
+pipelined() prepares its statements at once): PostgreSQL then plans them once, not each time.
+Only on a connection that is PostgreSQL's own session: a transaction pooler (PgBouncer in
+transaction mode) hands each transaction to whichever server connection is free, where a
+statement prepared on another does not exist, or exists under the same name for another
+statement. So every connection starts with preparation off (connect_args) and turns it on once
+it found no pooler in between (`_prepare_unless_pooled`). bench/README.md has what it saves."""
+
+
+def behind_pooler(connection: psycopg.Connection[Any]) -> bool:
+    """Whether a pooler stands between this connection and PostgreSQL. A pooler that hands
+    transactions to several server connections answers the client's startup with a cancel key
+    of its own, whose process id is no PostgreSQL backend's (PgBouncer's is random): it then
+    differs from the server process that runs this session's statement. A TCP proxy passes the
+    server's through. One round trip; the transaction it opens is rolled back."""
+    row = connection.execute(BACKEND_PID).fetchone()
+    if not connection.autocommit:
+        connection.rollback()
+    return is_pooled(connection.info.backend_pid, row[0] if row else None)
+
+
+BACKEND_PID = "SELECT pg_backend_pid()"
+"""The server process that runs this session's statement."""
+
+
+def is_pooled(reported_pid: int, session_pid: int | None) -> bool:
+    """Whether a connection whose startup reported `reported_pid` (psycopg's
+    `info.backend_pid`) and whose statement ran in `session_pid` (BACKEND_PID) goes through a
+    pooler (`behind_pooler`)."""
+    return session_pid != reported_pid
+
+
+def _prepare_unless_pooled(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connected(dbapi: psycopg.Connection[Any], _record: ConnectionPoolEntry) -> None:
+        if not behind_pooler(dbapi):
+            dbapi.prepare_threshold = PREPARE_THRESHOLD
+
+
 def connect_args(settings: Settings) -> dict[str, object]:
     """What makes a partitioned network fail fast instead of after TCP's defaults (minutes):
     connecting gives up after 10 s, a statement whose packets go unanswered after a lease
     (tcp_user_timeout), an idle connection is probed by keepalives; and PostgreSQL ends a
     session idle inside a transaction for a lease, so a worker cut off mid-transaction does
-    not keep its run's row locked (a takeover would wait for the partition to heal)."""
+    not keep its run's row locked (a takeover would wait for the partition to heal). A pooler
+    drops that startup option (PgBouncer: `ignore_startup_parameters = options`): the role's
+    own setting then applies (README). Nothing is prepared until the connection is known to
+    be PostgreSQL's own session (PREPARE_THRESHOLD)."""
     lease_ms = int(settings.lease_seconds * 1000)
     return {
+        "prepare_threshold": None,
         "connect_timeout": 10,
         "keepalives": 1,
         "keepalives_idle": 10,
@@ -136,6 +180,12 @@ def connect_args(settings: Settings) -> dict[str, object]:
         "tcp_user_timeout": lease_ms,
         "options": f"-c idle_in_transaction_session_timeout={lease_ms}",
     }
+
+
+def one_off_engine(url: str) -> Engine:
+    """An engine for one short job outside the process's pool (a migration): its connections
+    prepare nothing, as any connection not known to be PostgreSQL's own session."""
+    return create_engine(url, poolclass=NullPool, connect_args={"prepare_threshold": None})
 
 
 def session_factory(url: str | None = None) -> sessionmaker[Session]:
@@ -171,7 +221,8 @@ def pipelined(
 ) -> list[list[Any]]:
     """Run the statements as one transaction in one round trip, on one of the same pool's
     psycopg connections: each statement's rows (named tuples; every statement returns rows).
-    They go out together, prepared, in pipeline mode, and PostgreSQL runs
+    They go out together, prepared unless a pooler stands in between (PREPARE_THRESHOLD), in
+    pipeline mode, and PostgreSQL runs
     everything before the pipeline's Sync as one implicit transaction, committed at the Sync,
     or rolled back as a whole when one statement fails (raised here). A transaction() takes a
     round trip a statement, plus BEGIN and COMMIT. For the statements every step runs
@@ -180,15 +231,16 @@ def pipelined(
     connection: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
     try:
         connection.autocommit = True  # no BEGIN: the Sync ends the implicit transaction
+        prepare = connection.prepare_threshold is not None
         if len(statements) == 1:  # a transaction of its own already: no pipeline to keep
             ((sql, params),) = statements
             cursor = connection.cursor(row_factory=namedtuple_row)
-            return [cursor.execute(sql, params, prepare=True).fetchall()]
+            return [cursor.execute(sql, params, prepare=prepare).fetchall()]
         cursors = []
         with connection.pipeline():
             for sql, params in statements:
                 cursor = connection.cursor(row_factory=namedtuple_row)
-                cursor.execute(sql, params, prepare=True)
+                cursor.execute(sql, params, prepare=prepare)
                 cursors.append(cursor)
         return [cursor.fetchall() for cursor in cursors]
     except BaseException:

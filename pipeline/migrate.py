@@ -11,10 +11,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from psycopg import sql
-from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-from pipeline.db import database_url
+from pipeline.db import database_url, one_off_engine
 
 
 def alembic_config(url: str | None = None) -> Config:
@@ -27,11 +26,18 @@ def alembic_config(url: str | None = None) -> Config:
 
 
 def upgrade(url: str | None = None, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    engine = one_off_engine(url or database_url())
+    try:
+        with engine.begin() as connection:
+            config = alembic_config(url)
+            config.attributes["connection"] = connection  # models/migrations/env.py uses it
+            command.upgrade(config, revision)
+    finally:
+        engine.dispose()
 
 
 def current(url: str | None = None) -> str | None:
-    engine = create_engine(url or database_url())
+    engine = one_off_engine(url or database_url())
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

@@ -15,12 +15,20 @@ import logging
 import uuid
 import weakref
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 from fastapi.concurrency import run_in_threadpool
 
-from pipeline.db import libpq_url
-from pipeline.views.outcomes import RECHECK, SETTLED_CHANNEL, RunOutcome, outcome
+from pipeline.db import BACKEND_PID
+from pipeline.views.outcomes import (
+    RECHECK,
+    SETTLED_CHANNEL,
+    RunOutcome,
+    can_listen,
+    listen_conninfo,
+    outcome,
+)
 
 log = logging.getLogger("nightshift.api")
 
@@ -92,19 +100,30 @@ class _Listener:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    libpq_url(), autocommit=True
+                    listen_conninfo(), autocommit=True
                 ) as connection:
-                    await connection.execute(f"LISTEN {SETTLED_CHANNEL}")
-                    self._listening.set()
-                    self._wake_all()  # anything missed while not listening: look again
-                    async for note in connection.notifies():
-                        for woken in self._waiters.get(note.payload, ()):
-                            woken.set()
+                    if await self._hears(connection):
+                        await connection.execute(f"LISTEN {SETTLED_CHANNEL}")
+                        self._listening.set()
+                        self._wake_all()  # anything missed while not listening: look again
+                        async for note in connection.notifies():
+                            for woken in self._waiters.get(note.payload, ()):
+                                woken.set()
+                # Behind a pooler there is nothing to hear: waiters look every RECHECK until
+                # the last one leaves (and cancels this task).
+                self._listening.set()
+                await asyncio.Event().wait()
             except psycopg.Error as exc:
                 log.warning("run wait listener: %s; waits poll until it reconnects", exc)
                 self._listening.clear()
                 self._wake_all()
                 await asyncio.sleep(RECONNECT_SECONDS)
+
+    @staticmethod
+    async def _hears(connection: psycopg.AsyncConnection[Any]) -> bool:
+        session = await (await connection.execute(BACKEND_PID)).fetchone()
+        pid = session[0] if session else None
+        return can_listen(connection.info.backend_pid, pid)
 
     def _wake_all(self) -> None:
         for waiting in self._waiters.values():

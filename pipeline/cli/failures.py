@@ -18,7 +18,7 @@ import pipeline.embedded as embedded
 from pipeline.db import dispose_all, started_here
 from pipeline.errors import Unavailable
 from pipeline.reachability import is_database_outage
-from pipeline.settings import Settings, get_settings
+from pipeline.settings import Settings, get_settings, postgres_urls
 
 LONG_RUNNING = frozenset({"services", "worker", "beat", "flower", "api", "demo", "chaos"})
 """Commands that keep (or hand on) the embedded services they start; every other command
@@ -62,9 +62,7 @@ def describe(exc: BaseException) -> str | None:
 def _database(settings: Settings) -> str:
     if settings.database_url is None:
         return f"the embedded PostgreSQL in {settings.data_dir}"
-    parts = urlsplit(settings.database_url)
-    where = f"{_host(parts.hostname, parts.port)}{parts.path}"
-    return f"the database at {where} (NIGHTSHIFT_DATABASE_URL)"
+    return f"the database at {postgres_urls.where(settings.database_url)} (NIGHTSHIFT_DATABASE_URL)"
 
 
 def _bring_back_database(settings: Settings) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pipeline.settings.options as o
 from pipeline.prices import ModelPrice
 from pipeline.settings.options import setting
+from pipeline.settings.postgres_urls import postgres_url
 from pipeline.settings.service_config import (
     APPROVERS_PREFIX,
     CONFIG_FILE_ENV,
@@ -31,8 +32,15 @@ class Declared:
     # fmt: off
     database_url: str | None = setting(
         "NIGHTSHIFT_DATABASE_URL", None,
-        "PostgreSQL, e.g. `postgresql://user:pw@db:5432/nightshift`",
-        parse=o.postgres_url, shown="embedded",
+        "PostgreSQL, e.g. `postgresql://user:pw@db:5432/nightshift`; several hosts, a pooler "
+        "and the other forms: README's *PostgreSQL URLs*",
+        parse=postgres_url, shown="embedded",
+    )
+    database_direct_url: str | None = setting(
+        "NIGHTSHIFT_DATABASE_DIRECT_URL", None,
+        "PostgreSQL itself when `NIGHTSHIFT_DATABASE_URL` goes through a pooler: the LISTEN of "
+        "live waits (`start --wait`, `wait`, the API's `?wait=`) needs a session of its own",
+        parse=postgres_url, shown="the database URL",
     )
     broker_url: str | None = setting(
         "NIGHTSHIFT_BROKER_URL", None, "Redis for Celery, e.g. `redis://redis:6379/0`",

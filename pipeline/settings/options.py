@@ -179,18 +179,6 @@ def timezone(name: str, raw: str) -> str:
     return raw
 
 
-def postgres_url(name: str, raw: str) -> str:
-    """Validate a PostgreSQL URL and pin SQLAlchemy to the psycopg 3 driver."""
-    parts = urlsplit(raw)
-    scheme = parts.scheme.split("+", 1)[0]
-    if scheme not in ("postgresql", "postgres") or not (parts.hostname or "host=" in parts.query):
-        raise SettingsError(
-            f"{name} must look like postgresql://user@host:5432/dbname (got a value with "
-            f"scheme {parts.scheme or 'none'!r} and host {parts.hostname or 'none'!r})"
-        )
-    return "postgresql+psycopg" + raw[len(parts.scheme) :]
-
-
 def redis_url(name: str, raw: str) -> str:
     parts = urlsplit(raw)
     if parts.scheme not in ("redis", "rediss") or not parts.hostname:

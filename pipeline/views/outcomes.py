@@ -4,10 +4,16 @@ Waiting listens on the PostgreSQL channel `nightshift_run_settled`, which the ru
 trigger (the run_events migration) notifies when a run finishes or starts waiting; every RECHECK
 seconds it looks again anyway, so a lost notification (a reconnect) only costs latency. A
 waiter costs one query when it starts, one per notification for its run and one per RECHECK.
+
+LISTEN needs PostgreSQL's own session, which a transaction pooler does not give (it hands each
+transaction to another server connection, and a notification to a pooled server connection
+reaches nobody): it takes NIGHTSHIFT_DATABASE_DIRECT_URL when that is set, and behind a pooler
+a waiter only looks.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,15 +24,45 @@ import psycopg
 from sqlalchemy import select
 
 from models import Run, RunStatus
-from pipeline.db import libpq_url, read_only
+from pipeline.db import BACKEND_PID, database_url, is_pooled, read_only
 from pipeline.errors import RunNotFound
 from pipeline.keys import Wait, WaitKind
+from pipeline.logs import get_logger
+from pipeline.settings import Settings, get_settings, postgres_urls
 
 SETTLED_CHANNEL = "nightshift_run_settled"
 RECHECK = 5.0
 """Seconds between looks at the run when no notification came."""
 
 _PERSON = frozenset({WaitKind.APPROVAL, WaitKind.ACTION, WaitKind.VERSION})
+log = get_logger("nightshift.db")
+
+THROUGH_POOLER = (
+    "live waits: {variable} goes through a connection pooler, where LISTEN hears nothing; "
+    "waits look at their run every {seconds:g} s instead. Set NIGHTSHIFT_DATABASE_DIRECT_URL "
+    "to PostgreSQL's own address"
+)
+_said = threading.Event()
+
+
+def listen_conninfo(settings: Settings | None = None) -> str:
+    """libpq's connection string for a LISTEN: the direct URL, else the database URL."""
+    settings = settings or get_settings()
+    return postgres_urls.conninfo(settings.database_direct_url or database_url(settings))
+
+
+def can_listen(reported_pid: int, session_pid: int | None) -> bool:
+    """Whether the LISTEN connection whose startup reported `reported_pid` and whose statement
+    ran in `session_pid` (pipeline.db.BACKEND_PID) reaches PostgreSQL's own session. Behind a
+    pooler it does not: said once a process, in one line, naming the variable to set."""
+    if not is_pooled(reported_pid, session_pid):
+        return True
+    if not _said.is_set():
+        _said.set()
+        direct = get_settings().database_direct_url is not None
+        variable = "NIGHTSHIFT_DATABASE_DIRECT_URL" if direct else "NIGHTSHIFT_DATABASE_URL"
+        log.warning(THROUGH_POOLER.format(variable=variable, seconds=RECHECK))
+    return False
 
 
 @dataclass(frozen=True)
@@ -124,13 +160,19 @@ def wait_for_outcome(
     as it is when `timeout` seconds have passed. For processes that reach the database (the
     CLI, scripts); other services use the API's `?wait=` (pipeline.api.client.wait_for_run)."""
     give_up = time.monotonic() + timeout
-    with psycopg.connect(libpq_url(), autocommit=True) as listener:
-        listener.execute(f"LISTEN {SETTLED_CHANNEL}")  # before looking: no change slips by
+    with psycopg.connect(listen_conninfo(), autocommit=True) as listener:
+        session = listener.execute(BACKEND_PID).fetchone()
+        hears = can_listen(listener.info.backend_pid, session[0] if session else None)
+        if hears:
+            listener.execute(f"LISTEN {SETTLED_CHANNEL}")  # before looking: no change slips by
         while True:
             found = outcome(run_id)
             left = give_up - time.monotonic()
             if found.done(through_timers) or left <= 0:
                 return found
+            if not hears:
+                time.sleep(min(RECHECK, left))
+                continue
             for note in listener.notifies(timeout=min(RECHECK, left)):
                 if note.payload == str(run_id):
                     break

@@ -13,10 +13,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
-from sqlalchemy.engine import make_url
 
 from pipeline.api.guards import require_metrics_token
-from pipeline.db import broker_url, database_url
+from pipeline.db import broker_url, conninfo
 from pipeline.settings import Settings, get_settings
 from pipeline.views.gauges import DatabaseGauges
 
@@ -71,9 +70,7 @@ def _check(probe: Callable[[], None]) -> str:
 
 def _database() -> None:
     # A connection of its own with a timeout: a pooled one could hang on a dead network.
-    url = make_url(database_url()).set(drivername="postgresql")
-    conninfo = url.render_as_string(hide_password=False)
-    with psycopg.connect(conninfo, connect_timeout=HEALTH_TIMEOUT_SECONDS) as connection:
+    with psycopg.connect(conninfo(), connect_timeout=HEALTH_TIMEOUT_SECONDS) as connection:
         connection.execute("select 1")
 
 
