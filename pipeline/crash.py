@@ -29,6 +29,7 @@ POINTS = frozenset(
         "after_checkpoint_before_enqueue",
         "after_notify_sent",
         "before_park",
+        "before_batch_join",
     }
 )
 

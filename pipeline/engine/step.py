@@ -481,10 +481,10 @@ class StepRunner:
             changed = session.execute(FINISH, values).rowcount  # type: ignore[attr-defined]
             if changed and status.is_terminal():
                 settle_actions_of_ended_txn(session, [run.id], reason)
-                # The batch join, and the batch's own end, in the finish's transaction.
+                # The batch's own end in the finish's transaction; its join once it committed.
                 fanout.synthesis_finished_txn(session, run.id, status)
                 if run.batch_id:
-                    fanout.child_finished_txn(session, run.batch_id)
+                    fanout.join_after_commit(session, run.batch_id)
                 notifications.dispatch_new_txn(session)  # its notify_url's, and its batch's
         log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
         if changed and status.is_terminal():

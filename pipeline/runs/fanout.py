@@ -17,8 +17,11 @@ from sqlalchemy.orm import Session
 from models import Batch, BatchStatus, Run, RunStatus, table_of
 from models.run import UNFINISHED
 from pipeline.agent_definition import BatchPlan
+from pipeline.crash import crash_point
+from pipeline.db import after_commit, transaction
 from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
+from pipeline.runs import notifications
 from pipeline.runs.notifications import check_notify_url
 from pipeline.runs.start import create_run_txn, create_runs_txn, new_run
 
@@ -86,11 +89,35 @@ _ANY_CHILD_LEFT = text(
 )
 
 
-def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
-    """In the transaction that made a child terminal: start the synthesis if it was the last.
+def join_after_commit(session: Session, batch_id: str) -> None:
+    """In the transaction that makes a child of `batch_id` terminal: once it commits, start
+    the batch's synthesis if no child is left (`join`).
 
-    The batch row lock serialises the children finishing at once; the synthesis key makes a
-    second start impossible even so. The synthesis starts after the commit.
+    After the commit, not in it: a finishing child then takes no lock while siblings are left
+    (taking the batch row in every finish queued each child behind the one before it: nine
+    sessions waiting on it in a 10,000-child night), and the last of several children
+    finishing at once still sees every other one finished, since each looks only once its own
+    finish is committed. A process that dies in between leaves the join to the tick
+    (`ready_batches_txn`).
+    """
+    after_commit(session, lambda: join(batch_id))
+
+
+def join(batch_id: str) -> None:
+    """Start the synthesis of `batch_id` if every child is terminal (once: child_finished_txn)."""
+    crash_point("before_batch_join")
+    with transaction() as session:
+        if not session.scalar(_ANY_CHILD_LEFT, {"batch_id": batch_id}):
+            child_finished_txn(session, batch_id)
+            notifications.dispatch_new_txn(session)
+
+
+def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
+    """Start the synthesis if no child is left (in the transaction that made a child
+    terminal, the tick's for instance: `join_after_commit` is for the step's).
+
+    The batch row lock serialises the callers that find no child left; the synthesis key makes
+    a second start impossible even so. The synthesis starts after the commit.
     """
     # FOR NO KEY UPDATE, not FOR UPDATE: the caller's second UPDATE of the child's run row in
     # this transaction re-checks the runs.batch_id foreign key, which takes a KEY SHARE lock on

@@ -48,13 +48,21 @@ def all_finished(batch_id: str) -> bool:
 
 def run_the_night(schedule: Schedule, processes: ProcessFactory) -> str:
     """Beat and a worker; the schedule's 02:00 slot fired and run until every child finished
-    or stopped. Returns the batch."""
+    or stopped and the batch joined them (its synthesis starts once the last child's finish
+    committed). Returns the batch."""
     processes("beat", beat=True)
     processes("w1", concurrency=4)
     batch_id = fire(schedule.name, now=NIGHT, schedules=[schedule]).batch_id
     assert batch_id is not None
     wait_for(lambda: all_finished(batch_id), timeout=120, what="every child to finish or stop")
+    wait_for(lambda: joined(batch_id), timeout=30, what="the batch to start its synthesis")
     return batch_id
+
+
+def joined(batch_id: str) -> bool:
+    with transaction() as session:
+        batch = session.get(Batch, batch_id)
+        return batch is not None and batch.synthesis_run_id is not None
 
 
 def stopped_batch(batch_id: str, reason: str) -> Batch:

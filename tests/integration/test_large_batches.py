@@ -1,17 +1,19 @@
 """A night of many children through the schedule path, the fan-out and real workers: the
 synthesis's input (every child's outcome) grows with the batch past what a caller may send
-(NIGHTSHIFT_MAX_INPUT_BYTES), and the synthesis still starts once and ends the batch."""
+(NIGHTSHIFT_MAX_INPUT_BYTES), and the synthesis still starts once and ends the batch; children
+finishing at once do not queue on their batch's row."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from models import Batch, BatchStatus, Run
-from pipeline.db import transaction
+from models import Batch, BatchStatus, Run, RunStatus
+from pipeline.db import conninfo, transaction
 from pipeline.errors import InputTooLarge
 from pipeline.runs.schedules import fire
 from pipeline.runs.start import start_run
@@ -21,10 +23,17 @@ from tests.support import wait_for
 
 LIMIT = 2_000
 """Bytes a caller's input may have here: less than forty children's outcomes take."""
-NIGHT = Schedule(
-    name="bench-night", agent="bench", minute="*", params={"children": 40, "steps": 1},
-    missed=Missed.SKIP, overlap=Overlap.ALLOW,
-)  # fmt: skip
+
+
+def night_of(children: int) -> Schedule:
+    """A night of `children` one-step bench runs, fired by hand."""
+    return Schedule(
+        name="bench-night", agent="bench", minute="*",
+        params={"children": children, "steps": 1}, missed=Missed.SKIP, overlap=Overlap.ALLOW,
+    )  # fmt: skip
+
+
+NIGHT = night_of(40)
 
 
 def batch_status(batch_id: str) -> BatchStatus | None:
@@ -61,3 +70,64 @@ def test_a_synthesis_larger_than_a_request_may_be_starts_once(
     # and a caller still may not send such an input
     with pytest.raises(InputTooLarge, match="NIGHTSHIFT_MAX_INPUT_BYTES"):
         start_run("bench_synthesis", synthesis.input)
+
+
+def test_finishing_children_do_not_wait_on_their_batch_row(
+    db_url: str, processes: ProcessFactory
+) -> None:
+    # given a night of twelve children whose batch row another transaction holds (as the last
+    # child does while it starts the synthesis)
+    night = night_of(12)
+    batch_id = fire(night.name, now=datetime.now(UTC), schedules=[night]).batch_id
+    assert batch_id is not None
+    with psycopg.connect(conninfo()) as holder:
+        holder.execute("SET idle_in_transaction_session_timeout = 0")
+        holder.execute("SELECT 1 FROM batches WHERE id = %s FOR NO KEY UPDATE", [batch_id])
+
+        # when a worker runs them
+        processes("worker", concurrency=4)
+
+        # then every child finishes while the row is held, and the synthesis waits for it
+        wait_for(lambda: finished_children(batch_id) == 12, timeout=90,
+                 what="every child to finish while the batch row is held")  # fmt: skip
+        assert syntheses(batch_id) == []
+        holder.rollback()
+
+    # and once it is free, the synthesis starts once and ends the batch
+    wait_for(lambda: batch_status(batch_id) == BatchStatus.SUCCEEDED, timeout=90,
+             what="the batch to succeed")  # fmt: skip
+    [synthesis] = syntheses(batch_id)
+    assert synthesis.result["text"] == "12 children: 12 succeeded."
+
+
+def finished_children(batch_id: str) -> int:
+    with transaction() as session:
+        query = select(func.count()).where(
+            Run.batch_id == batch_id, Run.status == RunStatus.SUCCEEDED
+        )
+        return int(session.scalar(query) or 0)
+
+
+def test_the_tick_joins_a_batch_whose_last_child_died_before_looking(
+    db_url: str, processes: ProcessFactory
+) -> None:
+    # given a night of one child and a worker that dies right after that child's finish
+    # committed, before it looked for children left
+    night = night_of(1)
+    doomed = processes(
+        "doomed", concurrency=1, env={"NIGHTSHIFT_CRASH_POINTS": "before_batch_join"}
+    )
+    batch_id = fire(night.name, now=datetime.now(UTC), schedules=[night]).batch_id
+    assert batch_id is not None
+    wait_for(doomed.exited, timeout=60, what="the worker to die before the join")
+    assert finished_children(batch_id) == 1 and syntheses(batch_id) == []
+
+    # when beat's tick and another worker run
+    processes("beat", beat=True)
+    processes("worker", concurrency=2)
+
+    # then the tick joins the batch: one synthesis, and the batch ends
+    wait_for(lambda: batch_status(batch_id) == BatchStatus.SUCCEEDED, timeout=90,
+             what="the batch to succeed")  # fmt: skip
+    [synthesis] = syntheses(batch_id)
+    assert synthesis.result["text"] == "1 children: 1 succeeded."
