@@ -166,9 +166,9 @@ class Agent:
     the run stops with reason max_cost before the call that would start past it."""
     max_step_attempts: int = 3
     """Consecutive failed attempts of one step (its worker lost, its lease lapsed with no
-    checkpoint, its time bound hit) before the run fails with reason crashed_worker or
-    time_limit; failures shared with a neighbour in a killed process count once
-    (pipeline/runs/failed_attempts.py)."""
+    checkpoint, its time bound hit, a statement failed in the database) before the run fails
+    with reason crashed_worker, time_limit or database_error; failures shared with a neighbour
+    in a killed process count once (pipeline/runs/failed_attempts.py)."""
     check_success: Callable[[Conversation], bool] | None = None
     job: Job = default_job
     """What a schedule naming this agent starts for each slot."""

@@ -94,6 +94,8 @@ class StepOutcome(StrEnum):
     """A suspect step found this process's quarantine busy: it was sent again, uncounted."""
     UNKNOWN_AGENT = "unknown_agent"
     """This process has no agent of that name: the step was left for a worker that has it."""
+    DATABASE_ERROR = "database_error"
+    """A statement failed in PostgreSQL or a pooler: the run was handed to another attempt."""
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,17 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
+import psycopg
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.engine import quarantine
 from pipeline.engine.step import StepOutcome, StepResult, execute_step
-from pipeline.errors import StepTimeUp
+from pipeline.errors import StepTimeUp, redact_urls
 from pipeline.logs import get_logger
+from pipeline.reachability import DATABASE
 from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
 from pipeline.settings import STEP_GIVE_UP_SECONDS, Settings
 
@@ -39,18 +42,29 @@ STUCK_AFTER_SECONDS = 1.0
 """Past the bound, how long a step may take to stop itself before it counts as stuck."""
 
 # Giving the step up is a failed attempt of it (pipeline/runs/failed_attempts.py): a step that
-# always overruns ends with reason time_limit once its agent's max_step_attempts are used.
-_GIVE_UP = text(
-    """
+# always overruns (or always fails on a database error) ends with that reason once its agent's
+# max_step_attempts are used.
+_GIVE_UP = """
     UPDATE runs
        SET fence = fence + 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
            {failed}
      WHERE id = :run_id AND lease_owner = :owner AND status = 'running'
     RETURNING agent, step, batch_id
-    """.format(
-        failed=failed_attempt_sets(FailureKind.TIME_LIMIT, worker="lease_owner", fence="fence")
+    """
+_GIVE_UP_FOR = {
+    kind: text(
+        _GIVE_UP.format(
+            failed=failed_attempt_sets(
+                kind,
+                worker="lease_owner",
+                fence="fence",
+                error="CAST(:error AS text)",
+                counted="CAST(:counted AS boolean)",
+            )
+        )
     )
-)
+    for kind in (FailureKind.TIME_LIMIT, FailureKind.DATABASE_ERROR)
+}
 
 
 class Stuck(StepTimeUp):
@@ -82,6 +96,39 @@ def execute_bounded_step(
             "handed to another attempt" if handed_on else "nothing left to give up",
         )
         return StepResult(StepOutcome.TIME_UP, run_id)
+    except (DBAPIError, psycopg.Error) as exc:  # after the claim (a failed claim is no attempt)
+        return _failed_in_database(run_id, owner, settings, exc)
+
+
+def _failed_in_database(
+    run_id: uuid.UUID, owner: str, settings: Settings, exc: Exception
+) -> StepResult:
+    """A statement of the step failed in PostgreSQL or in a pooler: the attempt is recorded as
+    what it was, not as a lost worker (this worker goes on), and the run is handed to the next
+    attempt at once, which replays what was journaled. It counts towards max_step_attempts
+    unless the error says the server went away. When even that cannot be written (PostgreSQL
+    is away), the error goes on to the task: the lease lapses and the tick resumes the run."""
+    error = database_error_line(exc)
+    counted = not DATABASE.is_outage(exc)
+    kind = FailureKind.DATABASE_ERROR
+    if not give_up(run_id, owner, settings.lease_seconds, kind, error=error, counted=counted):
+        raise exc
+    log.warning(
+        "run %s: the step failed on a database error (%s); handed to another attempt%s",
+        run_id,
+        error,
+        "" if counted else " (not counted: the server went away)",
+    )
+    return StepResult(StepOutcome.DATABASE_ERROR, run_id, detail=error)
+
+
+def database_error_line(exc: BaseException) -> str:
+    """The driver's error and its first line (`InvalidSqlStatementName: prepared statement
+    "_pg3_7" does not exist`): never SQLAlchemy's wrapper, whose later lines show the statement
+    and its parameters (a run's data)."""
+    orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    lines = str(orig).strip().splitlines()
+    return redact_urls(f"{type(orig).__name__}: {lines[0] if lines else ''}".rstrip(": "))[:300]
 
 
 def run_bounded(work: Callable[[], T], seconds: float) -> T:
@@ -164,8 +211,17 @@ class _StepRunner:
             del item  # an idle runner keeps no step's result (or traceback) alive
 
 
-def give_up(run_id: uuid.UUID, owner: str, lease_seconds: float) -> bool:
-    """Take the run from the overrunning step `owner` is running and hand it on.
+def give_up(
+    run_id: uuid.UUID,
+    owner: str,
+    lease_seconds: float,
+    kind: FailureKind = FailureKind.TIME_LIMIT,
+    *,
+    error: str | None = None,
+    counted: bool = True,
+) -> bool:
+    """Take the run from the step `owner` is running (it overran, or failed with `error`) and
+    hand it on, the failed attempt recorded as `kind`.
 
     False when there was nothing to give up: the step finished or parked meanwhile, another
     worker took over, or the database did not answer in time (the lease then lapses: nothing
@@ -177,7 +233,8 @@ def give_up(run_id: uuid.UUID, owner: str, lease_seconds: float) -> bool:
     try:
         with transaction() as session:
             session.execute(text(f"SET LOCAL lock_timeout = {lock_ms}"))
-            row = session.execute(_GIVE_UP, {"run_id": run_id, "owner": owner}).one_or_none()
+            params = {"run_id": run_id, "owner": owner, "error": error, "counted": counted}
+            row = session.execute(_GIVE_UP_FOR[kind], params).one_or_none()
             if row is not None:
                 send_step_after_commit(
                     session, run_id, agent=row.agent, step=row.step, batch=row.batch_id

@@ -36,9 +36,13 @@ class FailureKind(StrEnum):
     """Why an attempt failed; the run's stop reason once the attempts run out."""
 
     CRASHED_WORKER = "crashed_worker"
-    """Its worker was lost, or its lease lapsed with no checkpoint."""
+    """Its lease lapsed with no checkpoint: its worker was lost, or could not reach PostgreSQL
+    to renew it."""
     TIME_LIMIT = "time_limit"
     """It overran the step's time bound and was given up."""
+    DATABASE_ERROR = "database_error"
+    """A statement of the step failed in PostgreSQL (or in a pooler in front of it); its worker
+    went on and handed the run to another attempt."""
 
 
 def failed_attempt_sets(
@@ -48,6 +52,8 @@ def failed_attempt_sets(
     fence: str,
     when: str = "true",
     lapsed: tuple[str, str] | None = None,
+    error: str = "NULL",
+    counted: str = "true",
 ) -> str:
     """SET clauses for an `UPDATE runs` that takes the run from an attempt that failed.
 
@@ -55,9 +61,13 @@ def failed_attempt_sets(
     `lease_owner` and `fence` before the UPDATE, or parameters); `when` is SQL for whether this
     row's attempt failed at all (the tick also hands on runs that merely lost their message);
     `lapsed`, SQL for when the attempt's lease expired and for a lease's length in seconds,
-    when the attempt may have failed by its lease lapsing (a PostgreSQL restart excuses it).
+    when the attempt may have failed by its lease lapsing (a PostgreSQL restart excuses it);
+    `error` and `counted`, SQL for a database error's line and whether it counts
+    (DATABASE_ERROR only).
     Every expression reads the row as it was before the UPDATE, as SET clauses do.
     """
+    if kind is FailureKind.DATABASE_ERROR:
+        return _database_error_sets(worker, error, counted)
     restarted = "false"
     if lapsed is not None:
         expired, lease = lapsed
@@ -88,6 +98,26 @@ def failed_attempt_sets(
        failed_step = CASE WHEN NOT ({when}) THEN failed_step ELSE step END"""
 
 
+def _database_error_sets(worker: str, error: str, counted: str) -> str:
+    """A database error counts (SQL `counted`) unless it says PostgreSQL went away: an outage is
+    the server's failure, not the run's, while a statement that always fails on this run's data
+    stops it after max_step_attempts. It never makes the run a suspect: its process did not
+    die, so quarantine has nothing to tell apart (StepFailures.suspect)."""
+    same_step = "failed_step IS NOT DISTINCT FROM step"
+    entry = (
+        f"jsonb_build_object('kind', '{FailureKind.DATABASE_ERROR.value}', 'worker', {worker}, "
+        f"'counted', {counted}, 'error', {error}, 'database_restarted', false, 'at', now())"
+    )
+    first = f"CASE WHEN {counted} THEN 1 ELSE 0 END"
+    return f"""
+       failed_attempts = CASE WHEN NOT ({same_step}) THEN {first}
+                              WHEN {counted} THEN failed_attempts + 1
+                              ELSE failed_attempts END,
+       failures = CASE WHEN NOT ({same_step}) THEN jsonb_build_array({entry})
+                       ELSE failures || jsonb_build_array({entry}) END,
+       failed_step = step"""
+
+
 ENDED_CLEANLY = {"failed_attempts": 0}
 """What an attempt that ends well without moving the run to its next step (it parks on an
 approval or a timer, or replays its step at once) writes with its release: the failures in a
@@ -111,8 +141,9 @@ class StepFailures:
 
     @property
     def suspect(self) -> bool:
-        """An attempt of this step failed: the next one runs in quarantine."""
-        return self.count > 0
+        """An attempt of this step failed with its process (or its time bound): the next one
+        runs in quarantine. One that failed on a database error left its process running."""
+        return self.count > 0 and self.kind is not FailureKind.DATABASE_ERROR
 
     @property
     def kind(self) -> FailureKind:
@@ -122,11 +153,17 @@ class StepFailures:
         """The stop's message: the step, the attempts and their workers."""
         workers = ", ".join(dict.fromkeys(str(e.get("worker")) for e in self.entries))
         kinds = {
-            FailureKind.CRASHED_WORKER.value: "its worker was lost",
+            FailureKind.CRASHED_WORKER.value: "its lease lapsed: its worker was lost or cut off",
             FailureKind.TIME_LIMIT.value: "it overran the step's time limit",
+            FailureKind.DATABASE_ERROR.value: "it failed on a database error",
         }
-        why = "; ".join(dict.fromkeys(kinds[e["kind"]] for e in self.entries))
+        why = "; ".join(dict.fromkeys(_why(kinds, e) for e in self.entries))
         return (
             f"step {self.step} failed {self.count} attempts in a row ({why}); "
             f"{len(self.entries)} lost attempt(s) on worker(s) {workers}"
         )
+
+
+def _why(kinds: dict[str, str], entry: dict[str, Any]) -> str:
+    said = kinds[entry["kind"]]
+    return f"{said} ({entry['error']})" if entry.get("error") else said
