@@ -44,9 +44,10 @@ Schedules and events (an agent's `job` and `event_sources`)
     BatchPlan      a job's answer: one child run per input, then one synthesis run
     EventSource    another service's events (`POST /events/{name}`) that start runs
 
-Testing an agent (no PostgreSQL, Redis or worker): `pipeline.testing`, `run_agent(agent, input,
-tools=stubs)` runs its script or canned replies through the engine's own step logic, records
-tool calls and side effects without sending, and approves or rejects (docs/agents.md).
+Testing an agent (no service to set up): `pipeline.testing`, `run_agent(agent, input,
+tools=stubs)` runs its script or canned replies on the real step, in-process, records tool
+calls and side effects without sending, approves or rejects, and moves the clock
+(docs/agents.md).
 
 `celery -A pipeline worker` finds the Celery app here too.
 """

@@ -276,3 +276,13 @@ def dispose_all() -> None:
             engine.dispose()
         _engines.clear()
         _factories.clear()
+
+
+def dispose(url: str) -> None:
+    """Close this process's connections to `url` and forget its engine (a database about to be
+    dropped: a test's run's own)."""
+    with _lock:
+        engine = _engines.pop((os.getpid(), url), None)
+        if engine is not None:
+            _factories.pop(engine, None)
+            engine.dispose()

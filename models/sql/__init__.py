@@ -1,6 +1,7 @@
 """The SQL truth in one place (docs/internals.md, "SQL in one place"): schema.sql, the one
 current definition of nightshift's PL/pgSQL functions and triggers, with the call migrations
-use to apply it; and queries.sql, the statements every step runs, by name."""
+use to apply it; queries.sql, the statements every step runs, by name; and testing.sql, the
+statements only pipeline.testing runs, on a database a test owns (its clock)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 SCHEMA_FILE = "schema.sql"
 QUERIES_FILE = "queries.sql"
+TESTING_FILE = "testing.sql"
 _NAME = "-- name: "
 
 
@@ -27,10 +29,10 @@ def apply_schema(connection: Connection) -> None:
 
 
 @cache
-def queries() -> dict[str, str]:
-    """queries.sql's statements by name (each block from its `-- name:` line to the next),
-    without their comments: psycopg would read a `%` in a comment as a placeholder."""
-    text = files(__name__).joinpath(QUERIES_FILE).read_text(encoding="utf-8")
+def queries(file: str = QUERIES_FILE) -> dict[str, str]:
+    """A file's statements by name (each block from its `-- name:` line to the next), without
+    their comments: psycopg would read a `%` in a comment as a placeholder."""
+    text = files(__name__).joinpath(file).read_text(encoding="utf-8")
     found: dict[str, str] = {}
     for block in text.split(_NAME)[1:]:
         name, _, body = block.partition("\n")

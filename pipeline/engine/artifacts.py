@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,17 +61,15 @@ def prepare(
     content: str,
     media_type: str,
     limit: int,
-    take_id: Callable[[], int] = next_id,
 ) -> Pending:
-    """Check the size and take the artifact's id (`take_id`: next_id, or pipeline.testing's
-    own count, which keeps artifacts in memory)."""
+    """Check the size and take the artifact's id."""
     data = content.encode()
     if len(data) > limit:
         raise ArtifactTooLarge(
             f"{name} is {len(data)} bytes, over the {limit}-byte artifact limit "
             "(NIGHTSHIFT_ARTIFACT_MAX_BYTES); nothing was kept"
         )
-    artifact_id = take_id()
+    artifact_id = next_id()
     ref = {
         "id": artifact_id,
         "name": name,

@@ -3,16 +3,13 @@ whether it may run, its action's idempotency key and record, whether it waits fo
 approval, what a refusal says, and the journal's shape of a tool result and of a run's answer.
 
 The step (engine/step.py, toolcalls.py, actions.py) makes these decisions through these
-functions and adds the durable part around them (fence, action rows, sends, reconciliation);
-pipeline.testing makes the same decisions through the same functions with a journal kept in
-memory. A decision changed here changes both.
+functions and adds the durable part around them (fence, action rows, sends, reconciliation).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,21 +165,19 @@ def result_content(
     name: str,
     output: ToolOutput | None,
     settings: Settings,
-    take_id: Callable[[], int],
 ) -> tuple[str, artifacts.Pending | None]:
     """The journaled text of a tool's output (secret settings' values redacted), and the
     artifact it is kept as: a report, or an output over NIGHTSHIFT_ARTIFACT_THRESHOLD_BYTES
-    (ArtifactTooLarge past NIGHTSHIFT_ARTIFACT_MAX_BYTES). `take_id` gives an artifact's id."""
+    (ArtifactTooLarge past NIGHTSHIFT_ARTIFACT_MAX_BYTES)."""
     limit = settings.artifact_max_bytes
     if isinstance(output, ArtifactRequest):
-        kept = artifacts.prepare(run_id, output.name, output.content, output.media_type, limit,
-                                 take_id)  # fmt: skip
+        kept = artifacts.prepare(run_id, output.name, output.content, output.media_type, limit)
         return json.dumps({"artifact": kept.ref}), kept
     content = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
     content = settings.config.redact(content)
     if len(content.encode()) <= settings.artifact_threshold_bytes:
         return content, None
-    kept = artifacts.prepare(run_id, name, content, "application/json", limit, take_id)
+    kept = artifacts.prepare(run_id, name, content, "application/json", limit)
     return artifacts.preview(content, kept.ref), kept
 
 

@@ -20,12 +20,12 @@ ONCE_STEP = "once"
 
 
 class JournalOnce:
-    """The OnceStore of one tool call: the run's journal; `keep(key, payload)` writes an entry
-    (fenced_once: under the step's lease; pipeline.testing: in memory)."""
+    """The OnceStore of one tool call in a step: each result journaled in a fenced write."""
 
-    def __init__(self, journal: jr.Journal, keep: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(self, lease: Lease, journal: jr.Journal, step: int) -> None:
+        self.lease = lease
         self.journal = journal
-        self.keep = keep
+        self.step = step
 
     def once(self, key: str, fn: Callable[[], T]) -> T:
         try:
@@ -45,16 +45,7 @@ class JournalOnce:
             raise PermanentError(
                 f"once({key!r}): the result ({type(value).__name__}) cannot be kept as JSON: {exc}"
             ) from None
-        self.keep(entry, {"result": result})
+        with fenced(self.lease) as session:
+            self.journal.append_txn(session, entry, self.step, ONCE_STEP, {"result": result})
         crash_point("after_once_committed")
         return result
-
-
-def fenced_once(lease: Lease, journal: jr.Journal, step: int) -> JournalOnce:
-    """The OnceStore of a tool call in a step: each result journaled in a fenced write."""
-
-    def keep(key: str, payload: dict[str, Any]) -> None:
-        with fenced(lease) as session:
-            journal.append_txn(session, key, step, ONCE_STEP, payload)
-
-    return JournalOnce(journal, keep)

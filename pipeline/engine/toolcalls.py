@@ -16,7 +16,7 @@ from pipeline.engine import artifacts, dispatch, drift, step_sql
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import TOOL_RETRY, perform, record_proposal
 from pipeline.engine.leases import Lease, fenced
-from pipeline.engine.once_journal import fenced_once
+from pipeline.engine.once_journal import JournalOnce
 from pipeline.engine.timers import await_timer
 from pipeline.engine.versions import StepVersion
 from pipeline.errors import LeaseLost, PermanentError, TemporaryError
@@ -107,7 +107,7 @@ def _call(
         keep_going=keep_going,
     )
     try:
-        with once_scope(fenced_once(call.lease, journal, call.step)):
+        with once_scope(JournalOnce(call.lease, journal, call.step)):
             output = _execute(tool, call, context)
     except (PermanentError, TemporaryError) as exc:
         error = dispatch.failure(settings, name, exc)
@@ -167,7 +167,7 @@ def _record(
     if error is None:
         try:
             content, artifact = dispatch.result_content(
-                call.run_id, call.block["name"], output, settings, artifacts.next_id
+                call.run_id, call.block["name"], output, settings
             )
         except artifacts.ArtifactTooLarge as exc:
             error = f"{call.block['name']}: {exc}"

@@ -1,26 +1,22 @@
-"""What pipeline.testing records of a run (tool calls, actions) and what a test hands it
+"""What pipeline.testing shows of a run (its tool calls, its actions) and what a test hands it
 (stubs, canned model replies)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
 from models import ActionState
-from pipeline.agent_definition import Agent, Block, Message, text
-from pipeline.engine.llm import Reply, reply_of
+from pipeline.agent_definition import Block
 from pipeline.errors import Conflict
 from pipeline.tools import ToolContext, ToolOutput
 
 Stub = Callable[[dict[str, Any], ToolContext], ToolOutput] | ToolOutput
 """A tool's stand-in: its result, or a function of (arguments, context) returning it."""
-CannedReply = list[Block] | str | Reply
-"""A model reply: its content blocks, a text, or a whole reply (a `stop_reason` of its own)."""
-NOT_SENT = "recorded by pipeline.testing, not sent"
+CannedReply = list[Block] | str
+"""A model reply: its content blocks, or a text."""
 
 
 class KeyNotStable(Conflict, AssertionError):
@@ -48,9 +44,10 @@ class Call:
             return self.content
 
 
-@dataclass
+@dataclass(frozen=True)
 class Action:
-    """A side effect the run recorded under its idempotency key, as the actions table would."""
+    """A side effect the run recorded under its idempotency key: its row in the actions table
+    when it was read."""
 
     key: str
     tool: str
@@ -60,41 +57,10 @@ class Action:
     requires_approval: bool
     approvers: tuple[str, ...]
     state: ActionState
-    calls: list[str] = field(default_factory=list)
+    calls: tuple[str, ...]
     """The tool calls that meant it (a second call with its key gets the first's outcome)."""
-    sends: int = 0
-    """How many times its stub was called as the send: 0 (no stub, rejected) or 1."""
-    result: dict[str, Any] | None = None
-    decided_by: str | None = None
-    note: str | None = None
-
-
-class CannedModel:
-    """Model replies given by the test, in order, shaped as the scripted model shapes them."""
-
-    name = "canned"
-
-    def __init__(self, replies: Iterable[CannedReply]) -> None:
-        self._replies = list(replies)
-        self._asked = 0
-
-    def reply(self, agent: Agent, messages: list[Message], *, max_tokens: int) -> Reply:
-        if self._asked >= len(self._replies):
-            raise AssertionError(
-                f"the run asked the model for reply {self._asked + 1}; replies= gave "
-                f"{len(self._replies)}"
-            )
-        canned = self._replies[self._asked]
-        self._asked += 1
-        if isinstance(canned, dict):
-            return {
-                **reply_of(canned.get("content", []), agent.system, messages, self.name),
-                **canned,
-            }
-        content = [text(canned)] if isinstance(canned, str) else canned
-        return reply_of(content, agent.system, messages, self.name)
-
-
-def stubbed(stub: Stub, args: dict[str, Any], context: ToolContext) -> ToolOutput:
-    output = stub(args, context) if callable(stub) else stub
-    return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+    sends: int
+    """How many times the tool's stub stood in for the service: 0 (no stub, or not sent) or 1."""
+    result: dict[str, Any] | None
+    decided_by: str | None
+    note: str | None

@@ -1,5 +1,6 @@
-"""The agent offline, with pipeline.testing: its script against stubbed tools, the email
-recorded under its idempotency key and never sent; no service, no model, no worker."""
+"""The agent offline, with pipeline.testing: its script against stubbed tools on the real step,
+the email recorded under its idempotency key and never sent; no service to set up, no model,
+no broker, no worker."""
 
 from __future__ import annotations
 
@@ -60,12 +61,13 @@ def test_the_key_is_one_per_team_and_night_whatever_the_mail_says() -> None:
     assert mail_digest.action_key(first, context) == mail_digest.action_key(second, context)
 
 
-def test_no_service_url_is_set_and_no_server_is_started(no_services: Path) -> None:
-    run_agent(AGENT, RUN, tools={"read_handover": HANDOVER})
+def test_nothing_is_set_up_and_nothing_is_left_in_home(no_services: Path) -> None:
+    run = run_agent(AGENT, RUN, tools={"read_handover": HANDOVER})
 
+    assert run.status == "succeeded"
     assert not [name for name in os.environ if name.startswith("NIGHTSHIFT_")]
-    assert _children() == []  # no embedded PostgreSQL or Redis, no worker
-    assert list(no_services.iterdir()) == []  # nor their data directory
+    assert _children() == []  # no broker, no worker (pipeline.testing's PostgreSQL is no child)
+    assert list(no_services.iterdir()) == []  # nor any data directory in HOME
 
 
 def _children() -> list[str]:
