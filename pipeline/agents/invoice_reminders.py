@@ -31,6 +31,7 @@ from pipeline import (
 )
 from pipeline.agents.services import (
     EMAIL,
+    SUBJECT,
     TIMEOUT,
     WEB,
     email_effect,
@@ -112,7 +113,7 @@ def client_record(context: ToolContext, client: str) -> dict[str, Any]:
         "type": "object",
         "properties": {
             "client": {"type": "string", "pattern": _CLIENT},
-            "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+            "subject": SUBJECT,
             "body": {"type": "string", "minLength": 1, "maxLength": MAX_BODY},
         },
         "required": ["client", "subject", "body"],

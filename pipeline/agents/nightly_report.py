@@ -20,7 +20,14 @@ from pipeline import (
     tool_use,
 )
 from pipeline.agents.documents import document_tool
-from pipeline.agents.services import EMAIL, WEB, email_effect, read_json, send_email
+from pipeline.agents.services import (
+    EMAIL,
+    SUBJECT,
+    WEB,
+    email_effect,
+    read_json,
+    send_email,
+)
 
 DEFAULT_SOURCES = ("incidents", "deploys", "oncall")
 ADDRESS = re.compile(r"^[^@\x00-\x20\x7f-\xa0]+@[^@\x00-\x20\x7f-\xa0]+$")
@@ -76,7 +83,7 @@ def report_recipient(context: ToolContext) -> str:
     schema={
         "type": "object",
         "properties": {
-            "subject": {"type": "string", "minLength": 1, "maxLength": 200},
+            "subject": SUBJECT,
             "body": {"type": "string", "minLength": 1, "maxLength": MAX_BODY},
         },
         "required": ["subject", "body"],

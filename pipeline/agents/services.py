@@ -5,13 +5,14 @@ Each send carries the action's idempotency key; each lookup asks what happened u
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import httpx
 
-from pipeline import LookupUnsupported, NotConfigured, SideEffect, ToolContext
+from pipeline import LookupUnsupported, NotConfigured, PermanentError, SideEffect, ToolContext
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
@@ -56,9 +57,28 @@ def read_json(context: ToolContext, variable: str, path: str) -> dict[str, Any]:
     return _json(httpx.get(f"{service_url(context, variable)}{path}", timeout=TIMEOUT))
 
 
+SUBJECT = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 200,
+    "pattern": "^[^\\x00-\\x1f\\x7f]*$",
+    "description": "One line: no line breaks or other control characters.",
+}
+"""The schema of an email subject the model writes: no line break or other control character,
+which would end the header and start one of the writer's (`Hi\\r\\nBcc: x@evil.example`)."""
+_BREAKS_HEADER = re.compile("[\x00-\x1f\x7f]")
+
+
 def send_email(context: ToolContext, to: str, subject: str, body: str) -> dict[str, Any]:
     """Send one email. `to` comes from the run's input, the deployment or a service's record,
-    never from the model's arguments: a page the model read cannot add a recipient."""
+    never from the model's arguments: a page the model read cannot add a recipient. A header
+    field with a line break in it is refused, wherever its text came from: it could add one."""
+    for field, text in (("to", to), ("subject", subject)):
+        if _BREAKS_HEADER.search(text):
+            raise PermanentError(
+                f"the email's {field} holds a line break or another control character, which "
+                "could start a header of its own (Bcc:); nothing was sent"
+            )
     base = service_url(context, EMAIL)
     email = {"to": to, "subject": subject, "body": body}
     return _json(_send(context, "POST", f"{base}/emails", email))

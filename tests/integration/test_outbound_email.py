@@ -80,6 +80,37 @@ def test_a_report_model_told_to_mail_x_at_evil_mails_only_the_runs_recipient(
     assert [d["to"] for d in sandbox.email.deliveries()] == ["ops-lead@acme.example"]
 
 
+def test_a_subject_with_a_bcc_header_in_it_is_refused_and_the_email_goes_without_it(
+    sandbox: Sandbox, processes: ProcessFactory
+) -> None:
+    # given a model that puts a header of its own into the subject, and once refused, sends the
+    # report again with its own subject
+    injected = {"subject": f"Nightly report\r\nBcc: {EVIL}"}
+
+    def responder(request: dict[str, Any]) -> dict[str, Any]:
+        calls = earlier_calls(request, "send_report_email")
+        if len(calls) == 1:
+            subject = calls[0]["subject"].split("\r")[0]
+            return tool_use_reply("send_report_email", {**calls[0], "subject": subject})
+        return obeys_the_page("send_report_email", [injected])(request)
+
+    sandbox.messages.responder = responder
+    processes("w1")
+
+    # when a report run reaches its email
+    run_input = {"team": "ops", "date": "2026-11-29", "email_to": "ops-lead@acme.example"}
+    row = wait_for_status(start_run("nightly_report", run_input).run_id, DONE, timeout=60)
+
+    # then that call was refused as invalid arguments, and the one email has a plain subject
+    assert row.status == RunStatus.SUCCEEDED, row.error
+    refused, sent = tool_results(row.id, "send_report_email")
+    assert refused["is_error"] and "subject:" in refused["content"], refused
+    assert not sent["is_error"], sent
+    [delivery] = sandbox.email.deliveries()
+    assert delivery["to"] == "ops-lead@acme.example"
+    assert "\n" not in delivery["subject"] and EVIL not in delivery["subject"]
+
+
 def test_a_reminder_model_reaches_only_the_clients_own_contacts(
     sandbox: Sandbox, processes: ProcessFactory
 ) -> None:

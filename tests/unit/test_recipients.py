@@ -10,6 +10,7 @@ import pytest
 from pipeline import PermanentError, ToolContext
 from pipeline.agents.invoice_reminders import send_invoice_reminder
 from pipeline.agents.nightly_report import report_recipient, send_report_email
+from pipeline.agents.services import send_email
 from pipeline.settings import Settings
 
 
@@ -38,3 +39,22 @@ def test_no_shipped_email_tool_takes_a_recipient_and_bodies_are_bounded(tool: An
     assert properties["body"]["maxLength"] <= 20_000
     wrong = tool.argument_errors({"to": "x@evil.example", "subject": "s", "body": "b"})
     assert any("'to'" in problem for problem in wrong)
+
+
+@pytest.mark.parametrize("tool", [send_report_email, send_invoice_reminder])
+def test_a_subject_that_would_break_its_header_is_refused_as_an_argument(tool: Any) -> None:
+    others = {"client": "acme"} if "client" in tool.input_schema["properties"] else {}
+    for broken in ("Report\r\nBcc: x@evil.example", "Report\nBcc: x@evil.example", "a\x00b"):
+        wrong = tool.argument_errors({**others, "subject": broken, "body": "b"})
+        assert [problem.split(":")[0] for problem in wrong] == ["subject"], (broken, wrong)
+    assert tool.argument_errors({**others, "subject": "Réunion: ok", "body": "b"}) == []
+
+
+def test_an_email_whose_header_fields_break_a_line_is_not_sent() -> None:
+    # whatever wrote them (a service's record, a tool of a user's own): nothing is sent, and the
+    # email API's URL is not even asked for (none is configured here)
+    night = context({"team": "ops", "date": "2026-11-29"})
+    for to, subject in [("ops@acme.example\r\nBcc: x@evil.example", "s"),
+                        ("ops@acme.example", "s\nBcc: x@evil.example")]:  # fmt: skip
+        with pytest.raises(PermanentError, match="could start a header of its own"):
+            send_email(night, to, subject, "body")
