@@ -1,6 +1,7 @@
 """What every request passes before a route: the body's size and text PostgreSQL can store
-(BodyGuard), the security headers of every answer, and, with --insecure-no-auth, requests from
-this machine's own clients only (LocalOnly)."""
+(BodyGuard), the security headers of every answer, with --insecure-no-auth, requests from
+this machine's own clients only (LocalOnly), and with an identity proxy, changes from this
+site's own pages only (ProxiedSameSite)."""
 
 from __future__ import annotations
 
@@ -137,11 +138,11 @@ def _foreign(scope: Scope, headers: Headers) -> NightshiftError | None:
         )
     if scope["method"] in _SAFE_METHODS:
         return None
-    origin = headers.get("origin")
-    if origin is not None and origin.lower() not in {f"http://{host}", f"https://{host}"}:
+    sender = _another_site(headers)
+    if sender is not None:
         return ForeignOrigin(
-            f"a page of {origin} may not change anything here: with --insecure-no-auth, only "
-            "this API's own pages and clients that are not browsers may"
+            f"{sender} may not change anything here: with --insecure-no-auth, only this API's "
+            "own pages and clients that are not browsers may"
         )
     if scope["path"].startswith("/ui/"):
         return None  # the status page's forms, each with its CSRF token
@@ -154,6 +155,46 @@ def _foreign(scope: Scope, headers: Headers) -> NightshiftError | None:
             "--insecure-no-auth, a change that is not JSON could be another site's form"
         )
     return None
+
+
+def _another_site(headers: Headers) -> str | None:
+    """Which other site's page sent this request, as the browser says (Sec-Fetch-Site, or
+    where a browser sends none, Origin against the Host it was sent to); None when it says
+    this site's own page sent it, or when no browser did (neither header)."""
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        same = fetch_site.lower() in ("same-origin", "none")  # none: typed, or a bookmark
+        return None if same else f"a page of another site (Sec-Fetch-Site: {fetch_site})"
+    origin = headers.get("origin")
+    host = headers.get("host", "").lower()
+    if origin is not None and origin.lower() not in {f"http://{host}", f"https://{host}"}:
+        return f"a page of {origin}"
+    return None
+
+
+class ProxiedSameSite(_HttpMiddleware):
+    """With an identity proxy, whoever is signed in at the proxy is signed in here too: the
+    browser sends the proxy's cookie with any request to it, another site's form included, and
+    the proxy adds the identity header. So a change that carries the header must come from this
+    site's own pages (or from a client that is no browser): a browser's word that another
+    site's page sent it (Sec-Fetch-Site, Origin) is a 403, on every route."""
+
+    def __init__(self, app: ASGIApp, identity_header: str) -> None:
+        super().__init__(app)
+        self.identity_header = identity_header
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        if scope["method"] not in _SAFE_METHODS and self.identity_header in headers:
+            sender = _another_site(headers)
+            if sender is not None:
+                refused = ForeignOrigin(
+                    f"{sender} may not change anything here in the name of the person the "
+                    f"identity proxy signed in ({self.identity_header})"
+                )
+                await _answer(refused, scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _own_names(scope: Scope) -> set[str] | None:

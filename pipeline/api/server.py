@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from pipeline.api import pages, routes, spec
 from pipeline.api.base import ApiConfig, install_error_handlers
-from pipeline.api.middleware import BodyGuard, LocalOnly, SecurityHeaders
+from pipeline.api.middleware import BodyGuard, LocalOnly, ProxiedSameSite, SecurityHeaders
 from pipeline.logs import safe_log_lines
 from pipeline.runs.start import code_version
 
@@ -40,7 +40,10 @@ def create_app(config: ApiConfig) -> FastAPI:
     pages.install(app, config)
     spec.install(app)
     app.add_middleware(BodyGuard, limit=config.max_body_bytes, signed=routes.SIGNED)
-    if config.insecure_no_auth:  # outside the guard: a foreign request is refused unread
+    # Outside the guard: a foreign request is refused unread.
+    if config.identity_header is not None:
+        app.add_middleware(ProxiedSameSite, identity_header=config.identity_header)
+    if config.insecure_no_auth:
         app.add_middleware(LocalOnly)
         log.warning("the API runs WITHOUT authentication (--insecure-no-auth)")
     app.add_middleware(SecurityHeaders)

@@ -26,7 +26,7 @@ from tests.integration.api_fixtures import (
     submit_login,
 )
 from tests.integration.conftest import ProcessFactory
-from tests.support import wait_for_status
+from tests.support import run_row, wait_for_status
 
 ECHO = "tests.fixture_agents:ECHO"
 """An agent whose input takes any further field, of any shape."""
@@ -125,3 +125,50 @@ def test_an_input_nested_too_deep_is_refused_at_start(
     # while the one within the limit is started and can be shown
     assert shown.status_code == 200, shown.text
     assert count(Run) == 1
+
+
+# -- identity-proxy mode: the proxy's sign-in cannot be borrowed by another site's page -------
+
+
+def test_with_an_identity_proxy_a_page_of_another_site_cannot_cancel_a_run(db_url: str) -> None:
+    # given an API behind an identity proxy on 127.0.0.1, and a run waiting for approval
+    app = make_app(identity_header="X-Forwarded-Email", trusted_proxies=frozenset({"127.0.0.1"}))
+    run_id = park_on_approval()
+    signed_in = {"X-Forwarded-Email": "alice@example.com"}
+    with live_server(app) as base:
+        cancel = f"{base}/runs/{run_id}/cancel"
+        # when a page of another site posts the browser there through the proxy: a form with
+        # its Origin, or any request the browser marks as another site's
+        tried = {
+            "a form from another origin": httpx.post(
+                cancel, data={"reason": "cancelled"},
+                headers={**signed_in, "Origin": "https://evil.example"},
+            ),
+            "an empty form from another origin": httpx.post(
+                cancel, headers={**signed_in, "Origin": "https://evil.example",
+                                 "Content-Type": "application/x-www-form-urlencoded"},
+            ),
+            "json marked cross-site": httpx.post(
+                cancel, json={}, headers={**signed_in, "Sec-Fetch-Site": "cross-site"}
+            ),
+            "a sibling site": httpx.post(
+                cancel, json={}, headers={**signed_in, "Sec-Fetch-Site": "same-site"}
+            ),
+            "a sandboxed page (Origin: null)": httpx.post(
+                cancel, json={}, headers={**signed_in, "Origin": "null"}
+            ),
+        }  # fmt: skip
+        # then each is refused, saying why in one line, and the run still waits
+        statuses = {what: answer.status_code for what, answer in tried.items()}
+        assert set(statuses.values()) == {403}, {w: a.text for w, a in tried.items()}
+        assert "evil.example" in tried["a form from another origin"].json()["error"]
+        assert run_row(run_id).status == RunStatus.WAITING
+
+        # while the API's own page (same origin) and a client that is no browser still may
+        own = {**signed_in, "Sec-Fetch-Site": "same-origin", "Origin": "https://api.example"}
+        assert httpx.post(cancel, json={}, headers={**own}).status_code == 200
+        other = park_on_approval(key="patch:acme/shop:patch/issue-8")
+        plain = httpx.post(f"{base}/runs/{other}/cancel", headers=signed_in)
+    assert plain.status_code == 200, plain.text
+    assert run_row(run_id).status == RunStatus.CANCELLED
+    assert run_row(other).status == RunStatus.CANCELLED
