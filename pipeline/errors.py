@@ -4,12 +4,15 @@ message may say: URLs without their credentials and query strings.
 NightshiftError (an Exception) is the root of every error. Each error derives from one base that
 says what the caller can do: NotFound (Gone), Invalid (TooLarge, Malformed, UnsupportedMediaType),
 Conflict, Refused, Unauthenticated, Unavailable, Misconfigured or Failed; the API answers each
-base with one status (pipeline/api/base.py, the only place statuses come from). Errors specific
-to one module derive from a base there; tests/unit/test_error_hierarchy.py keeps it so.
+base with one status (pipeline/api/base.py, the only place statuses come from). Every error the
+runtime (layers 1 to 4) raises is defined here; an edge (api, cli, chaos, processes, sandbox,
+testing) or an agent keeps an error only it raises beside the code that raises it, derived from
+a base here. tests/unit/test_error_hierarchy.py keeps it so.
 
-StopStep (a BaseException) is the root of the stop signals: LeaseLost, StepTimeUp, RunStopped
-(and ParkRun in the engine). They end a step past any `except Exception` in an agent or a
-tool; only the engine raises and catches them."""
+StopStep (a BaseException) is the root of the stop signals: LeaseLost, StepTimeUp (and its
+Stuck), RunStopped, and ParkRun (in pipeline/engine/actions.py: it carries a Wait of
+pipeline.keys, a layer above this one). They end a step past any `except Exception` in an agent
+or a tool; only the engine raises and catches them."""
 
 from __future__ import annotations
 
@@ -194,6 +197,51 @@ class NotConfigured(Unavailable):
         return RunStopped("config", str(self))
 
 
+class ArtifactTooLarge(TooLarge):
+    """Over NIGHTSHIFT_ARTIFACT_MAX_BYTES: nothing is kept, and the model is told so."""
+
+
+class BadSignature(Unauthenticated):
+    """The webhook's signature or timestamp is missing or wrong."""
+
+
+class RegistryError(Misconfigured):
+    """An agent could not be registered."""
+
+
+class DecisionConflict(StatusConflict):
+    """A different decision was already made for this action."""
+
+
+class NotAnApprover(Refused):
+    """This person is not among the action's approvers."""
+
+
+class TargetRefused(InvalidInput):
+    """The URL is not one nightshift may send to."""
+
+
+class TargetUnresolved(Unavailable):
+    """The URL's host does not resolve now (maybe later: nothing was sent)."""
+
+
+class IdempotencyConflict(Conflict):
+    """This idempotency key already started a run with a different request."""
+
+
+class ScheduleError(Misconfigured):
+    """The schedule definition is invalid."""
+
+
+class OnceOutsideStep(Misconfigured):
+    """once() works only inside a tool called by a run's step (and not inside a side effect's
+    send, which the action protocol already makes happen once)."""
+
+
+class AmbiguousRunId(Conflict):
+    """That prefix is the start of more than one run id."""
+
+
 # -- the second root: stop signals ---------------------------------------------------------
 
 
@@ -212,6 +260,10 @@ class LeaseLost(StopStep):
 class StepTimeUp(StopStep):
     """The step reached its time bound (NIGHTSHIFT_STEP_TIME_LIMIT) at a model or tool call:
     the run goes on in another attempt."""
+
+
+class Stuck(StepTimeUp):
+    """The work did not return in time (stuck in a call that never reached a time check)."""
 
 
 class RunStopped(StopStep):

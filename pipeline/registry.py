@@ -23,7 +23,7 @@ from importlib.metadata import (
 )
 
 from pipeline.agent_definition import Agent, EventSource
-from pipeline.errors import Misconfigured, UnknownAgent, UnknownEventSource
+from pipeline.errors import RegistryError, UnknownAgent, UnknownEventSource
 from pipeline.process_wide import ProcessWide
 from pipeline.settings import Settings, get_settings
 
@@ -33,10 +33,6 @@ HOW_TO_REGISTER = (
     f"register it with an entry point in the {ENTRY_POINT_GROUP!r} group or in {AGENTS_ENV} "
     "(docs/agents.md)"
 )
-
-
-class RegistryError(Misconfigured):
-    """An agent could not be registered."""
 
 
 @dataclass(frozen=True, eq=False)

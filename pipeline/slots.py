@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pipeline.errors import Misconfigured
+from pipeline.errors import ScheduleError
 
 # Long enough to find a slot of any schedule that fires at all (29 February needs 8 years).
 _SEARCH_DAYS = 8 * 366
@@ -25,10 +25,6 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
 _DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _DAY_WORDS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-
-
-class ScheduleError(Misconfigured):
-    """The schedule definition is invalid."""
 
 
 class Missed(StrEnum):

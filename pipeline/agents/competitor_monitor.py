@@ -23,6 +23,7 @@ _COMPETITOR_ID = "^[a-z0-9-]{1,40}$"
 _CLIENT_ERROR = re.compile(r"HTTP 4\d\d")
 
 
+# An agent's own error, derived from a public base as a user's package would.
 class CompetitorListUnavailable(Unavailable):
     """The competitor list could not be read; the slot is retried at the next check."""
 

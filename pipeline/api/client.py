@@ -31,6 +31,7 @@ TIMER_NAP = 1.0
 """Between looks while the run waits on a timer that is due (the tick wakes it)."""
 
 
+# The HTTP client's own error (only this client raises it), so it stays at this edge.
 class ClientError(Failed):
     """The nightshift API refused the request or could not be reached."""
 

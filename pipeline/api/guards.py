@@ -20,6 +20,7 @@ bearer = HTTPBearer(
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
+# An HTTP edge's own error (only these guards raise it), so it stays beside them.
 class BearerRequired(Unauthenticated):
     """A valid bearer token is required."""
 

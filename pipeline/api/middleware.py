@@ -22,6 +22,7 @@ from pipeline.errors import (
 )
 
 
+# The middleware's own refusals (raised and answered here only), so they stay at this edge.
 class Misaddressed(Refused):
     """The request is addressed to another name than the API's own address."""
 

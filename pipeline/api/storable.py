@@ -15,6 +15,7 @@ from starlette.types import Scope
 from pipeline.errors import Invalid
 
 
+# The API's own check of a body (only this edge raises it), so it stays beside it.
 class Unstorable(Invalid):
     """A value holds a character PostgreSQL cannot store."""
 

@@ -17,6 +17,7 @@ from pipeline.errors import Failed
 T = TypeVar("T")
 
 
+# The chaos harness's own errors (it raises and catches them), so they stay in the harness.
 class ChaosError(Failed):
     """The chaos harness could not do what it was asked."""
 

@@ -58,6 +58,7 @@ KEY_CONFLICT = "key_conflict"
 """The stop reason of a run parked because another run owns the key it means."""
 
 
+# Stays here, not in pipeline/errors.py: it carries a Wait (pipeline.keys), a layer above errors.
 class ParkRun(StopStep):
     """Stop this step and park the run until a person, an approval or a timer moves it on."""
 

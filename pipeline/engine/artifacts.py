@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from models import Artifact, artifact_url
 from pipeline.db import transaction
-from pipeline.errors import TooLarge
+from pipeline.errors import ArtifactTooLarge
 
 _NEXT_ID = text("SELECT nextval(pg_get_serial_sequence('artifacts', 'id'))")
 # Merge into state.artifacts without rewriting the rest of the run's state.
@@ -31,10 +31,6 @@ _ADD_REF = text(
      WHERE id = :run_id
     """
 )
-
-
-class ArtifactTooLarge(TooLarge):
-    """Over NIGHTSHIFT_ARTIFACT_MAX_BYTES: nothing is kept, and the model is told so."""
 
 
 @dataclass(frozen=True)

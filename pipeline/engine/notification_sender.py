@@ -27,16 +27,10 @@ from pipeline.crash import crash_point
 from pipeline.db import transaction
 from pipeline.engine.sender_pool import MIN_DEFERRAL, RECEIVERS
 from pipeline.engine.signatures import signed_headers
-from pipeline.errors import redact_url, redact_urls
+from pipeline.errors import TargetRefused, TargetUnresolved, redact_url, redact_urls
 from pipeline.logs import get_logger
 from pipeline.retry import is_temporary_status
-from pipeline.runs.outbound import (
-    ANYWHERE,
-    Target,
-    TargetRefused,
-    TargetUnresolved,
-    resolve_target,
-)
+from pipeline.runs.outbound import ANYWHERE, Target, resolve_target
 from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.notify")

@@ -15,17 +15,13 @@ import hashlib
 import hmac
 import time
 
-from pipeline.errors import Unauthenticated
+from pipeline.errors import BadSignature
 
 TIMESTAMP_HEADER = "X-Nightshift-Timestamp"
 SIGNATURE_HEADER = "X-Nightshift-Signature"
 TOLERANCE_SECONDS = 300
 _PREFIX = "v2="
 _OLD_PREFIX = "sha256="
-
-
-class BadSignature(Unauthenticated):
-    """The webhook's signature or timestamp is missing or wrong."""
 
 
 def signed_message(timestamp: str, method: str, path: str, body: bytes) -> bytes:

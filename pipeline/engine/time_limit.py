@@ -29,7 +29,7 @@ from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.engine import quarantine
 from pipeline.engine.step import StepOutcome, StepResult, execute_step
-from pipeline.errors import StepTimeUp, redact_urls
+from pipeline.errors import StepTimeUp, Stuck, redact_urls
 from pipeline.logs import get_logger
 from pipeline.reachability import DATABASE
 from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
@@ -65,10 +65,6 @@ _GIVE_UP_FOR = {
     )
     for kind in (FailureKind.TIME_LIMIT, FailureKind.DATABASE_ERROR)
 }
-
-
-class Stuck(StepTimeUp):
-    """The work did not return in time (stuck in a call that never reached a time check)."""
 
 
 def execute_bounded_step(

@@ -108,6 +108,7 @@ class Demo:
             server.stop()
 
 
+# The demo's own error (only `nightshift demo` raises it), so it stays at this edge.
 class DemoRunning(Conflict):
     """Another demo holds the data directory's demo lock."""
 

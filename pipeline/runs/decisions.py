@@ -21,19 +21,11 @@ from sqlalchemy.orm import Session
 
 from models import Action, ActionAudit, ActionState, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.errors import Refused, StatusConflict, UnknownAction
+from pipeline.errors import DecisionConflict, NotAnApprover, StatusConflict, UnknownAction
 from pipeline.logs import get_logger
 from pipeline.runs.waits import wake_for_action_txn
 
 log = get_logger("nightshift.decisions")
-
-
-class DecisionConflict(StatusConflict):
-    """A different decision was already made for this action."""
-
-
-class NotAnApprover(Refused):
-    """This person is not among the action's approvers."""
 
 
 def not_an_approver(

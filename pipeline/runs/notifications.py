@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 
 from pipeline.app import app
 from pipeline.db import after_commit
-from pipeline.errors import InvalidInput
-from pipeline.runs.outbound import TargetUnresolved, resolve_target
+from pipeline.errors import InvalidInput, TargetUnresolved
+from pipeline.runs.outbound import resolve_target
 from pipeline.settings import get_settings
 
 NOTIFY_TASK = "pipeline.notify"

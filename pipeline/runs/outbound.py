@@ -19,7 +19,7 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
-from pipeline.errors import InvalidInput, Unavailable, redact_url
+from pipeline.errors import InvalidInput, TargetRefused, TargetUnresolved, redact_url
 
 PUBLIC = "public"
 SETTING = "NIGHTSHIFT_NOTIFY_ALLOWED"
@@ -29,14 +29,6 @@ policy for callers' URLs does not cover; it is still resolved once and pinned.""
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-class TargetRefused(InvalidInput):
-    """The URL is not one nightshift may send to."""
-
-
-class TargetUnresolved(Unavailable):
-    """The URL's host does not resolve now (maybe later: nothing was sent)."""
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,9 @@ from sqlalchemy.dialects.postgresql import insert
 from beat_schedule import SCHEDULES
 from models import BeatSchedules
 from pipeline.db import transaction
-from pipeline.errors import UnknownSchedule
+from pipeline.errors import ScheduleError, UnknownSchedule
 from pipeline.settings import get_settings
-from pipeline.slots import Schedule, ScheduleError
+from pipeline.slots import Schedule
 
 SCHEDULES_FILE_ENV = "NIGHTSHIFT_SCHEDULES_FILE"
 

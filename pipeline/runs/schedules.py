@@ -22,20 +22,14 @@ from sqlalchemy.orm import Session
 from models import Batch, BatchStatus, FireDecision, Run, RunStatus, ScheduleFire
 from pipeline.agent_definition import BatchPlan, Slot
 from pipeline.db import transaction
-from pipeline.errors import NightshiftError
+from pipeline.errors import NightshiftError, ScheduleError
 from pipeline.keys import slot_key
 from pipeline.registry import get_agent
 from pipeline.runs.cancel import cancel_batch_txn, cancel_run_txn
 from pipeline.runs.fanout import create_batch_txn
 from pipeline.runs.schedule_list import active_schedules, find_schedule
 from pipeline.runs.start import create_run_txn
-from pipeline.slots import (
-    Missed,
-    Overlap,
-    Schedule,
-    ScheduleError,
-    wall_to_instant,
-)
+from pipeline.slots import Missed, Overlap, Schedule, wall_to_instant
 
 log = logging.getLogger("nightshift.schedules")
 

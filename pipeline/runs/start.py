@@ -18,16 +18,12 @@ from sqlalchemy.orm import Session
 from models import Run, table_of
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
-from pipeline.errors import Conflict, InputTooLarge, InvalidInput, NoModel
+from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, NoModel
 from pipeline.keys import check_key
 from pipeline.registry import agent_version, get_agent
 from pipeline.runs.deadlines import Deadline
 from pipeline.runs.notifications import check_notify_url
 from pipeline.settings import get_settings
-
-
-class IdempotencyConflict(Conflict):
-    """This idempotency key already started a run with a different request."""
 
 
 @dataclass(frozen=True)

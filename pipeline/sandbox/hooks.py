@@ -13,7 +13,8 @@ import os
 import threading
 from typing import Any
 
-from pipeline.engine.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, BadSignature, verify
+from pipeline.engine.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from pipeline.errors import BadSignature
 from pipeline.sandbox.base import SandboxServer
 from pipeline.sandbox.transport import Rejected, Request, Response
 

@@ -47,6 +47,7 @@ class Response:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+# The sandbox services' own errors (they raise and answer them), so they stay in the sandbox.
 class Rejected(Failed):
     """The request is refused with an HTTP error status and a JSON error body (the sandbox
     service's own status, as the service it stands in for would answer: not the API's)."""

@@ -19,6 +19,7 @@ CannedReply = list[Block] | str
 """A model reply: its content blocks, or a text."""
 
 
+# pipeline.testing's own failure (also an AssertionError for pytest), so it stays there.
 class KeyNotStable(Conflict, AssertionError):
     """A side effect's key changed between two computations of one call (an AssertionError
     too, so pytest reports it as the test's failure)."""

@@ -7,10 +7,11 @@ The modules, each re-exported here under its public names (`from pipeline.tools 
 `side_effects` (SideEffect), `definition` (Tool and @tool), `once_per_key` (once: one value
 per key, once journaled), `timer` (check_back_in)."""
 
+from pipeline.errors import OnceOutsideStep
 from pipeline.tools.arguments import Arguments, ModelArguments, SchemaArguments
 from pipeline.tools.context import ArtifactRequest, ToolContext, ToolOutput
 from pipeline.tools.definition import TOOL_NAME, Tool, ToolFunction, tool
-from pipeline.tools.once_per_key import OnceOutsideStep, OnceStore, once, once_scope
+from pipeline.tools.once_per_key import OnceStore, once, once_scope
 from pipeline.tools.side_effects import Check, KeyBuilder, Lookup, SideEffect
 from pipeline.tools.timer import MAX_WAIT, check_back_in
 

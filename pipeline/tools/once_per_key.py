@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Protocol, TypeVar
 
-from pipeline.errors import Misconfigured
+from pipeline.errors import OnceOutsideStep
 
 T = TypeVar("T")
 
@@ -21,11 +21,6 @@ class OnceStore(Protocol):
 
 
 _ONCE: ContextVar[OnceStore | None] = ContextVar("nightshift_once", default=None)
-
-
-class OnceOutsideStep(Misconfigured):
-    """once() works only inside a tool called by a run's step (and not inside a side effect's
-    send, which the action protocol already makes happen once)."""
 
 
 def once(key: str, fn: Callable[[], T]) -> T:

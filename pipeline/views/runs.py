@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from models import Action, Artifact, JournalEntry, Run, artifact_url
 from pipeline.db import read_only
-from pipeline.errors import Conflict, RunNotFound
+from pipeline.errors import AmbiguousRunId, RunNotFound
 from pipeline.runs.summaries import describe, summarize
 
 RUN_FIELDS = (
@@ -25,10 +25,6 @@ RUN_FIELDS = (
 MIN_PREFIX = 4
 """The shortest run-id prefix accepted; people copy the 8 characters the status page shows."""
 _HEX = frozenset("0123456789abcdef")
-
-
-class AmbiguousRunId(Conflict):
-    """That prefix is the start of more than one run id."""
 
 
 def resolve_run_id(text: str) -> uuid.UUID:

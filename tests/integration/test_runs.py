@@ -16,9 +16,9 @@ from sqlalchemy import func, select
 from models import Artifact, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.engine.step import StepOutcome, execute_step
-from pipeline.errors import InputTooLarge, InvalidInput, UnknownAgent
+from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, UnknownAgent
 from pipeline.registry import agent_version
-from pipeline.runs.start import IdempotencyConflict, create_run_txn
+from pipeline.runs.start import create_run_txn
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings

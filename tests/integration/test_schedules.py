@@ -29,14 +29,14 @@ from models import (
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.engine.step import StepOutcome, execute_step
-from pipeline.errors import StatusConflict, UnknownAgent
+from pipeline.errors import ScheduleError, StatusConflict, UnknownAgent
 from pipeline.keys import slot_key
 from pipeline.runs.decisions import Decision, decide
 from pipeline.runs.schedules import check_schedule, check_schedules, fire
 from pipeline.runs.start import create_run_txn
 from pipeline.runs.tick import tick
 from pipeline.settings import get_settings
-from pipeline.slots import Missed, Overlap, Schedule, ScheduleError
+from pipeline.slots import Missed, Overlap, Schedule
 from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory
 from tests.support import nightshift

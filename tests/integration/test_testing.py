@@ -27,8 +27,7 @@ from pipeline import (
     tool_use,
 )
 from pipeline.agents.nightly_report import AGENT as NIGHTLY_REPORT
-from pipeline.errors import LeaseLost
-from pipeline.runs.decisions import NotAnApprover
+from pipeline.errors import LeaseLost, NotAnApprover
 from pipeline.testing import KeyNotStable, run_agent, tool_context
 from pipeline.testing.database import take
 

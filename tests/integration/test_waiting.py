@@ -17,9 +17,9 @@ from models import Action, ActionState, Run, RunStatus
 from pipeline.app import STEP_TASK, app
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.errors import RunStopped, StopStep, UnknownAction
+from pipeline.errors import DecisionConflict, RunStopped, StopStep, UnknownAction
 from pipeline.runs.cancel import cancel_run
-from pipeline.runs.decisions import Decision, DecisionConflict, decide
+from pipeline.runs.decisions import Decision, decide
 from pipeline.runs.retention import cleanup
 from pipeline.runs.start import create_run_txn, start_run
 from pipeline.settings import get_settings

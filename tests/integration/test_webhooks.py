@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 
 from models import ActionState, ExternalEvent, Run, RunStatus
 from pipeline.api.tokens import revoke_token
-from pipeline.engine.signatures import BadSignature, signature, verify
+from pipeline.engine.signatures import signature, verify
+from pipeline.errors import BadSignature
 from tests.integration.api_fixtures import (
     APPROVAL_SECRET,
     EVENT_SECRET,

@@ -9,9 +9,12 @@ import pkgutil
 
 import pipeline
 from pipeline.api.base import _STATUS_FOR, status_for
+from pipeline.engine.actions import ParkRun
 from pipeline.errors import NightshiftError, StopStep
 
 BASES = tuple(kind for kind, _ in _STATUS_FOR)
+EDGES = ("api", "cli", "chaos", "processes", "sandbox", "testing", "agents", "tasks")
+"""Where a module may keep an error only it raises (docs/layout.md's layer 5, and the agents)."""
 
 
 def defined_exceptions() -> list[type[BaseException]]:
@@ -36,6 +39,17 @@ def test_every_exception_nightshift_defines_has_one_of_the_two_roots() -> None:
         if not issubclass(kind, (NightshiftError, StopStep))
     ]
     assert strays == [], f"derive these from a base in pipeline/errors.py: {strays}"
+
+
+def test_the_runtime_defines_its_errors_in_errors_py_and_the_edges_keep_only_their_own() -> None:
+    elsewhere = [
+        f"{kind.__module__}.{kind.__qualname__}"
+        for kind in defined_exceptions()
+        if kind.__module__ != "pipeline.errors"
+        and kind.__module__.split(".")[1] not in EDGES
+        and kind is not ParkRun  # it carries a Wait of pipeline.keys, a layer above errors
+    ]
+    assert elsewhere == [], f"move these to pipeline/errors.py: {elsewhere}"
 
 
 def test_every_error_maps_to_exactly_one_status_through_its_base() -> None:

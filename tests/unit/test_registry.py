@@ -7,8 +7,8 @@ from importlib.metadata import version as version_of
 
 import pytest
 
-from pipeline.errors import UnknownAgent
-from pipeline.registry import RegistryError, _Declared, _declared, build
+from pipeline.errors import RegistryError, UnknownAgent
+from pipeline.registry import _Declared, _declared, build
 
 
 def declared(*paths: str) -> list[_Declared]:

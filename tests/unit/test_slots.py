@@ -9,16 +9,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from pipeline.errors import ScheduleError
 from pipeline.keys import slot_key
 from pipeline.runs.schedule_list import load_schedules
-from pipeline.slots import (
-    Missed,
-    Overlap,
-    Schedule,
-    ScheduleError,
-    parse_field,
-    wall_to_instant,
-)
+from pipeline.slots import Missed, Overlap, Schedule, parse_field, wall_to_instant
 
 NEW_YORK = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")

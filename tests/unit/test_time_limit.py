@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from pipeline.engine.time_limit import Stuck, run_bounded
+from pipeline.engine.time_limit import run_bounded
+from pipeline.errors import Stuck
 
 CALLER = contextvars.ContextVar("caller", default="none")
 

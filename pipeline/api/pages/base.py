@@ -44,6 +44,7 @@ templates.env.globals |= {
 }
 
 
+# The status page's own refusal (only its forms raise it), so it stays at this edge.
 class StaleForm(Refused):
     """This form is stale or was not sent by the status page; reload the page and retry."""
 

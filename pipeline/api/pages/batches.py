@@ -28,6 +28,7 @@ CHILDREN_A_PAGE = 100
 router = APIRouter(include_in_schema=False)
 
 
+# The batch page's own error (only this page raises it), so it stays at this edge.
 class NoSuchPage(NotFound):
     """The batch's children end before the page asked for."""
 
