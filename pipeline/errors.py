@@ -46,6 +46,10 @@ class TooLarge(Invalid):
     """What was given is larger than the limit."""
 
 
+class TooSlow(Invalid):
+    """What was being sent did not arrive in time."""
+
+
 class Malformed(Invalid):
     """What was sent cannot be read at all (not JSON, not a form, a header that is no number)."""
 

@@ -29,6 +29,7 @@ from pipeline.errors import (
     Refused,
     SettingsError,
     TooLarge,
+    TooSlow,
     Unauthenticated,
     Unavailable,
     UnsupportedMediaType,
@@ -55,6 +56,10 @@ class ApiConfig:
     (pipeline/api/sessions.py). Several API hosts behind one name share one."""
     insecure_no_auth: bool = False
     max_body_bytes: int = Settings.api_max_body_bytes
+    body_seconds: float = Settings.api_body_seconds
+    """A request's body must arrive whole within this long of its headers."""
+    anonymous_uploads: int = Settings.api_anonymous_uploads
+    """Bodies read at once from callers that prove no one; more are refused until one ends."""
     identity_header: str | None = None
     """A reverse proxy's header naming the signed-in person (e.g. X-Forwarded-Email). Off
     unless set: trusted only on requests from `trusted_proxies`."""
@@ -73,6 +78,8 @@ class ApiConfig:
             session_secret=settings.session_secret,
             insecure_no_auth=insecure_no_auth,
             max_body_bytes=settings.api_max_body_bytes,
+            body_seconds=settings.api_body_seconds,
+            anonymous_uploads=settings.api_anonymous_uploads,
             identity_header=settings.identity_header,
             trusted_proxies=settings.identity_proxies,
             forwarded_allow_ips=settings.forwarded_allow_ips,
@@ -123,6 +130,7 @@ _STATUS_FOR: tuple[tuple[type[NightshiftError], int], ...] = (
     (Refused, 403),
     (Conflict, 409),
     (TooLarge, 413),
+    (TooSlow, 408),
     (Malformed, 400),
     (UnsupportedMediaType, 415),
     (Invalid, 422),

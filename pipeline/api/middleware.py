@@ -5,19 +5,26 @@ site's own pages only (ProxiedSameSite)."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from abc import ABC, abstractmethod
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeline.api.base import refusal
+from pipeline.api.pages import proves_someone
+from pipeline.api.sessions import COOKIE
 from pipeline.api.storable import unstorable_request
 from pipeline.errors import (
     Malformed,
     NightshiftError,
     Refused,
     TooLarge,
+    TooSlow,
+    Unavailable,
     UnsupportedMediaType,
 )
 
@@ -49,39 +56,69 @@ class _HttpMiddleware(ABC):
 
 class BodyGuard(_HttpMiddleware):
     """Refuse request bodies over the limit (by Content-Length and by the bytes that arrive),
-    and values PostgreSQL cannot store (pipeline/api/storable.py) before any route reads them."""
+    bodies that do not arrive whole within `seconds` of the headers (408), more than
+    `anonymous` bodies at once from callers that prove no one (503), and values PostgreSQL
+    cannot store (pipeline/api/storable.py), before any route reads them. A slow or turned
+    away sender's connection ends with the answer: it holds neither memory nor a reader."""
 
-    def __init__(self, app: ASGIApp, limit: int, signed: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        seconds: float,
+        anonymous: int,
+        signed: tuple[str, ...] = (),
+        identity_header: str | None = None,
+    ) -> None:
         super().__init__(app)
         self.limit = limit
+        self.seconds = seconds
+        self.anonymous = anonymous
         self.signed = signed
         """Paths of signed webhooks: their request is judged after its signature (signed_body),
         so one that proves no one is a 401 whatever it holds."""
+        self.identity_header = identity_header
+        self.anonymous_reading = 0
+        """Bodies being read now from callers that prove no one (one event loop: no lock)."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        declared = dict(scope["headers"]).get(b"content-length")
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length")
         if declared is not None and not declared.isdigit():
             malformed = Malformed("Content-Length must be a whole number of bytes")
             await _answer(malformed, scope, receive, send)
             return
         if declared is not None and int(declared) > self.limit:
-            await _answer(self._too_large(declared.decode()), scope, receive, send)
+            await _answer(self._too_large(declared), scope, receive, send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away before sending its body
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _answer(self._too_large(f"more than {self.limit}"), scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        uploads = declared not in (None, "0") or "transfer-encoding" in headers
+        anonymous = uploads and not await self._proves_someone(scope, headers)
+        if anonymous and self.anonymous_reading >= self.anonymous:
+            busy = BusyReading(
+                f"{self.anonymous} request bodies from callers that prove no one are being "
+                "read already (NIGHTSHIFT_API_ANONYMOUS_UPLOADS); try again shortly, or send "
+                "a token"
+            )
+            await _answer(busy, scope, receive, send, close=True)
+            return
+        self.anonymous_reading += anonymous
+        try:
+            async with asyncio.timeout(self.seconds):
+                body = await self._read(receive)
+        except TimeoutError:
+            slow = TooSlow(
+                f"the request body did not arrive whole within {self.seconds:g} s of its "
+                "headers (NIGHTSHIFT_API_BODY_SECONDS)"
+            )
+            await _answer(slow, scope, receive, send, close=True)
+            return
+        except TooLarge as exc:
+            await _answer(exc, scope, receive, send)
+            return
+        finally:
+            self.anonymous_reading -= anonymous
+        if body is None:
+            return  # the client went away before sending its body
         signed = scope["path"].startswith(self.signed)
         problem = None if signed else unstorable_request(scope, body)
         if problem is not None:
@@ -98,6 +135,31 @@ class BodyGuard(_HttpMiddleware):
 
         await self.app(scope, replay, send)
 
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body (None if the client went away first). Raises TooLarge."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                raise self._too_large(f"more than {self.limit}")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _proves_someone(self, scope: Scope, headers: Headers) -> bool:
+        """Whether the request carries a credential that holds (asked in a thread: a token or
+        a session is looked up in the database); one that carries none is not looked up."""
+        request = Request(scope)
+        carries = "authorization" in headers or COOKIE in request.cookies
+        if self.identity_header is not None:
+            carries = carries or self.identity_header in headers
+        return carries and await run_in_threadpool(proves_someone, request)
+
     def _too_large(self, size: str) -> TooLarge:
         return TooLarge(
             f"the request body is {size} bytes; the limit is {self.limit} "
@@ -105,8 +167,19 @@ class BodyGuard(_HttpMiddleware):
         )
 
 
-async def _answer(exc: NightshiftError, scope: Scope, receive: Receive, send: Send) -> None:
-    await refusal(exc)(scope, receive, send)
+class BusyReading(Unavailable):
+    """Too many bodies from callers that prove no one are being read at once."""
+
+
+async def _answer(
+    exc: NightshiftError, scope: Scope, receive: Receive, send: Send, *, close: bool = False
+) -> None:
+    """The error's answer; with `close`, the connection ends with it (the client may still be
+    sending a body nobody will read, and uvicorn would keep the connection open for it)."""
+    response = refusal(exc)
+    if close:
+        response.headers["connection"] = "close"
+    await response(scope, receive, send)
 
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

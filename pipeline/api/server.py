@@ -39,7 +39,14 @@ def create_app(config: ApiConfig) -> FastAPI:
     app.include_router(routes.router)
     pages.install(app, config)
     spec.install(app)
-    app.add_middleware(BodyGuard, limit=config.max_body_bytes, signed=routes.SIGNED)
+    app.add_middleware(
+        BodyGuard,
+        limit=config.max_body_bytes,
+        seconds=config.body_seconds,
+        anonymous=config.anonymous_uploads,
+        signed=routes.SIGNED,
+        identity_header=config.identity_header,
+    )
     # Outside the guard: a foreign request is refused unread.
     if config.identity_header is not None:
         app.add_middleware(ProxiedSameSite, identity_header=config.identity_header)

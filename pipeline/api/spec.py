@@ -22,7 +22,6 @@ from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
 from pipeline.api import pages
-from pipeline.api.auth import caller
 from pipeline.api.base import refusal
 from pipeline.api.guards import BearerRequired
 from pipeline.registry import registry
@@ -61,10 +60,12 @@ WHY = {
     404: "Nothing has that id, key or name.",
     409: "A conflict: the key already names something different, a different decision was "
     "already made, or a run-id prefix names several runs.",
+    408: "The body did not arrive whole in time (NIGHTSHIFT_API_BODY_SECONDS).",
     413: "The body (or the run's input) is larger than the limit.",
     422: "A parameter or the body is invalid; the message names which.",
-    503: "Cannot answer now: the webhook's secret is not set, or (health) the database or the "
-    "broker does not answer.",
+    503: "Cannot answer now: the webhook's secret is not set, (health) the database or the "
+    "broker does not answer, or (a body with no valid credential) too many such bodies are "
+    "being read already.",
 }
 
 # Statuses beyond the rules in `_statuses` (credential, body, parameters), by operation.
@@ -89,7 +90,7 @@ def install(app: FastAPI) -> None:
 
     @app.get("/openapi.json", include_in_schema=False)
     def openapi(request: Request) -> Response:
-        if not _signed_in(request):
+        if not pages.proves_someone(request):
             return refusal(
                 BearerRequired("a valid bearer token or a status-page session is required")
             )
@@ -97,7 +98,7 @@ def install(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     def docs(request: Request) -> Response:
-        if not _signed_in(request):
+        if not pages.proves_someone(request):
             return RedirectResponse("/ui/login", status_code=303)
         page: HTMLResponse = get_swagger_ui_html(
             openapi_url="/openapi.json",
@@ -107,16 +108,6 @@ def install(app: FastAPI) -> None:
             swagger_favicon_url="/ui/static/favicon.svg",
         )
         return page
-
-
-def _signed_in(request: Request) -> bool:
-    """A credential the API accepts, or the browser's status-page session."""
-    header = request.headers.get("authorization", "")
-    bearer = header[7:].strip() if header[:7].lower() == "bearer " else None
-    client = request.client.host if request.client else None
-    if caller(request.app.state.config, request.headers, client, bearer) is not None:
-        return True
-    return pages.signed_in(request)
 
 
 def document(app: FastAPI) -> dict[str, Any]:
@@ -180,7 +171,7 @@ def _statuses(method: str, path: str, operation: dict[str, Any]) -> list[int]:
     if operation.get("security"):  # the bearer token (or the metrics token)
         statuses.add(401)
     if "requestBody" in operation:
-        statuses |= {400, 413, 422}
+        statuses |= {400, 408, 413, 422, 503}
     if operation.get("parameters") or "requestBody" in operation:
         statuses.add(422)
     return sorted(statuses)

@@ -362,6 +362,17 @@ class Declared:
         "NIGHTSHIFT_API_MAX_BODY_BYTES", 1024 * 1024, "larger request bodies get 413",
         parse=o.count(1024),
     )
+    api_body_seconds: float = setting(
+        "NIGHTSHIFT_API_BODY_SECONDS", 30.0, parse=o.number(1.0),
+        help="a request body must arrive whole within this many seconds of its headers, or the "
+        "API answers 408 and closes the connection (a slow sender holds nothing longer)",
+    )
+    api_anonymous_uploads: int = setting(
+        "NIGHTSHIFT_API_ANONYMOUS_UPLOADS", 16, parse=o.count(1),
+        help="request bodies the API reads at once from callers that prove no one (no valid "
+        "token, proxy identity or session: the event webhook's senders, attackers); more get "
+        "503 at once, their connection closed",
+    )
     retention_days: float = setting(
         "NIGHTSHIFT_RETENTION_DAYS", 30.0,
         "finished runs older than this are compacted by the daily retention: their personal data "

@@ -148,6 +148,14 @@ def count(model: type[Any]) -> int:
         return int(session.execute(select(func.count()).select_from(model)).scalar_one())
 
 
+def api_answers(base: str) -> bool:
+    """Whether an API at `base` answers its health check (one that is starting does not)."""
+    try:
+        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 @contextmanager
 def live_server(app: FastAPI) -> Iterator[str]:
     """Serve `app` with uvicorn on a free loopback port, in a thread; yields the base URL."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -22,25 +21,14 @@ import pytest
 
 from models import RunStatus
 from pipeline.processes.celery_process import CeleryProcess, wait_for
+from tests.integration.api_fixtures import api_answers
 from tests.integration.worker_hosts import TwoHosts, needs_hosts
+from tests.servers import free_port
 from tests.support import wait_for_status
 
 pytestmark = needs_hosts
 NIGHTSHIFT = str(Path(sys.executable).parent / "nightshift")
 TOKEN = "artifact-hosts-token-not-secret-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def api_answers(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.mark.timeout(240)

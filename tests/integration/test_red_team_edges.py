@@ -5,11 +5,18 @@ refuses, escapes or is cut off."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from sqlalchemy import update
 
@@ -18,6 +25,8 @@ from pipeline.db import transaction
 from pipeline.sandbox.githost import GitHostSandbox
 from tests.integration.api_fixtures import (
     AUTH,
+    TOKEN,
+    api_answers,
     count,
     live_server,
     make_app,
@@ -26,8 +35,10 @@ from tests.integration.api_fixtures import (
     submit_login,
 )
 from tests.integration.conftest import ProcessFactory
-from tests.support import run_row, wait_for_status
+from tests.servers import free_port
+from tests.support import run_row, wait_for, wait_for_status
 
+NIGHTSHIFT = str(Path(sys.executable).parent / "nightshift")
 ECHO = "tests.fixture_agents:ECHO"
 """An agent whose input takes any further field, of any shape."""
 
@@ -172,3 +183,102 @@ def test_with_an_identity_proxy_a_page_of_another_site_cannot_cancel_a_run(db_ur
     assert plain.status_code == 200, plain.text
     assert run_row(run_id).status == RunStatus.CANCELLED
     assert run_row(other).status == RunStatus.CANCELLED
+
+
+# -- slow bodies from nobody: cut off at the deadline, a few at a time ----------------------
+
+MIB = 1024 * 1024
+
+
+class SlowSenders:
+    """`count` connections to the API, each with no credential: the headers of a 1 MiB
+    `POST /runs`, 960 KiB of its body at once, then a KiB every half second, never the end.
+    Each one's fate is what came back first (a status line) and when the server closed it."""
+
+    def __init__(self, port: int, count: int) -> None:
+        head = (
+            f"POST /runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json"
+            f"\r\nContent-Length: {MIB}\r\n\r\n"
+        ).encode()
+        self.started = time.monotonic()
+        self.sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+        self.pending = {s: head + b"{" + b" " * (960 * 1024) for s in self.sockets}
+        self.answered: dict[socket.socket, bytes] = {}
+        self.closed_after: dict[socket.socket, float] = {}
+        for each in self.sockets:
+            each.setblocking(False)
+
+    def step(self, drip: bool) -> None:
+        for each in self.sockets:
+            if each in self.closed_after:
+                continue
+            try:
+                received = each.recv(4096)
+            except BlockingIOError:
+                received = None
+            except OSError:
+                received = b""
+            if received:
+                self.answered.setdefault(each, received.split(b"\r\n")[0])
+            if received == b"":
+                self.closed_after[each] = time.monotonic() - self.started
+                continue
+            self._send(each, drip)
+
+    def _send(self, each: socket.socket, drip: bool) -> None:
+        if drip and not self.pending[each]:
+            self.pending[each] = b" " * 1024
+        try:
+            sent = each.send(self.pending[each])
+            self.pending[each] = self.pending[each][sent:]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self.closed_after[each] = time.monotonic() - self.started
+
+    def close(self) -> None:
+        for each in self.sockets:
+            each.close()
+
+
+def test_slow_bodies_from_nobody_are_cut_off_within_the_deadline_with_bounded_memory(
+    db_url: str, tmp_path: Path
+) -> None:
+    # given `nightshift api` with a 3-second body deadline
+    port = free_port()
+    env = {**os.environ, "NIGHTSHIFT_API_TOKEN": TOKEN, "NIGHTSHIFT_API_BODY_SECONDS": "3"}
+    with (tmp_path / "api.log").open("w") as log:
+        api = subprocess.Popen([NIGHTSHIFT, "api", "--port", str(port)], env=env, stdout=log,
+                               stderr=subprocess.STDOUT)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: api_answers(base), timeout=60, what="the API to answer /healthz")
+        server = psutil.Process(api.pid)
+        before = server.memory_info().rss
+        # when 200 connections with no token each send most of a 1 MiB body, then drip the rest
+        senders = SlowSenders(port, 200)
+        peak, last_drip, person = before, 0.0, None
+        while len(senders.closed_after) < 200 and time.monotonic() - senders.started < 30:
+            drip = time.monotonic() - last_drip > 0.5
+            last_drip = time.monotonic() if drip else last_drip
+            senders.step(drip)
+            peak = max(peak, server.memory_info().rss)
+            if person is None and time.monotonic() - senders.started > 1:
+                # and meanwhile, someone with a token starts a run
+                body = {"agent": "nightly_report", "input": {"team": "ops", "date": "2026-11-29"}}
+                person = httpx.post(f"{base}/runs", json=body, headers=AUTH, timeout=10)
+            time.sleep(0.01)
+        senders.close()
+    finally:
+        api.terminate()
+        api.wait(timeout=30)
+    # then every connection was closed by the server within the deadline (and some slack for a
+    # loaded machine): the first 16 read until the deadline, a 408; the rest at once, a 503
+    assert len(senders.closed_after) == 200, (tmp_path / "api.log").read_text()[-2000:]
+    assert max(senders.closed_after.values()) < 3 + 5, sorted(senders.closed_after.values())
+    statuses = Counter(line.split(b" ")[1] for line in senders.answered.values())
+    assert statuses.keys() <= {b"408", b"503"} and statuses[b"408"] <= 16, statuses
+    # holding a few bodies at a time (each at most 1 MiB), never all of them
+    assert peak - before < 64 * MIB, f"{before / MIB:.0f} MiB -> {peak / MIB:.0f} MiB"
+    # while the caller with a token was served
+    assert person is not None and person.status_code == 201, person

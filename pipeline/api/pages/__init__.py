@@ -19,11 +19,11 @@ from fastapi.staticfiles import StaticFiles
 
 from pipeline.api.base import ApiConfig
 from pipeline.api.pages import actions, batches, dashboard, login, runs
-from pipeline.api.pages.base import WEB, signed_in
+from pipeline.api.pages.base import WEB, proves_someone
 from pipeline.api.sessions import Sessions, session_key
 from pipeline.settings import get_settings
 
-__all__ = ["install", "signed_in"]
+__all__ = ["install", "proves_someone"]
 
 
 def install(app: FastAPI, config: ApiConfig) -> None:

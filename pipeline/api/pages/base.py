@@ -16,7 +16,7 @@ from starlette.templating import Jinja2Templates
 
 from models import RunStatus
 from pipeline.api import tokens, words
-from pipeline.api.auth import proxy_identity
+from pipeline.api.auth import caller, proxy_identity
 from pipeline.api.base import ApiConfig, status_for
 from pipeline.api.sessions import COOKIE, Sessions, WebSession
 from pipeline.errors import Malformed, NightshiftError, Refused, UnsupportedMediaType
@@ -65,6 +65,17 @@ def config(request: Request) -> ApiConfig:
 def signed_in(request: Request) -> bool:
     """Whether the browser holds a live status-page session (the docs pages ask)."""
     return current_session(request) is not None
+
+
+def proves_someone(request: Request) -> bool:
+    """A credential the API accepts (a bearer token, the proxy's identity header), or the
+    browser's live status-page session. (Sync: it may ask the database.)"""
+    header = request.headers.get("authorization", "")
+    bearer = header[7:].strip() if header[:7].lower() == "bearer " else None
+    client = request.client.host if request.client else None
+    if caller(config(request), request.headers, client, bearer) is not None:
+        return True
+    return signed_in(request)
 
 
 def current_session(request: Request) -> WebSession | None:
