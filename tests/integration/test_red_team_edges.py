@@ -62,9 +62,15 @@ def test_a_newline_in_an_input_cannot_forge_a_log_line(
         started = httpx.post(f"{base}/runs", json=body, headers=AUTH)
     assert started.status_code == 201, started.text
     wait_for_status(uuid.UUID(started.json()["run_id"]), {RunStatus.WAITING.value})
-    # then the worker's line about it is one line, the newline written as its escape
-    log = (tmp_path / "w1.log").read_text()
-    assert f"acme/shop\\n{FORGED}\\r\\x1b[2K" in log
+    # then the worker's line about it (logged once the park committed) is one line, the
+    # newline written as its escape
+    escaped = f"acme/shop\\n{FORGED}\\r\\x1b[2K"
+
+    def logged() -> str | None:
+        text = (tmp_path / "w1.log").read_text()
+        return text if escaped in text else None
+
+    log = wait_for(logged, timeout=30, what="the worker's line about the parked run")
     assert not [line for line in log.splitlines() if line.startswith("INFO nightshift")]
 
 
