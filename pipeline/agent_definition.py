@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -235,9 +236,13 @@ class Agent:
         return next((t for t in self.tools if t.name == name), None)
 
     def input_errors(self, run_input: object) -> list[str]:
-        validator = Draft202012Validator(self.input_schema)
-        errors = sorted(validator.iter_errors(run_input), key=lambda e: list(e.path))
+        errors = sorted(self._input_validator.iter_errors(run_input), key=lambda e: list(e.path))
         return [f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors]
+
+    @cached_property
+    def _input_validator(self) -> Draft202012Validator:
+        """Built once an agent: a night's fan-out checks every child's input with it."""
+        return Draft202012Validator(self.input_schema)
 
     def first_message(self, run_input: dict[str, Any]) -> Message:
         body = json.dumps(run_input, sort_keys=True, indent=2)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from collections.abc import Iterator, Sequence
+from functools import cached_property
 from typing import Any, Protocol
 
 from celery import Celery
@@ -20,6 +22,15 @@ from pipeline.celery_patches import install_patches
 from pipeline.db import after_commit
 from pipeline.process_wide import ProcessWide
 from pipeline.reachability import BROKER
+from pipeline.step_messages import (
+    HANDED_OFF,
+    STEP_TASK,
+    Step,
+    StepMessages,
+    eta_of,
+    push,
+    step_kwargs_repr,
+)
 
 # Before any broker connection exists: a Redis restart must not kill the worker.
 install_patches()
@@ -27,8 +38,6 @@ install_patches()
 app = Celery("nightshift")
 app.config_from_object("celeryconfig")
 app.conf.imports = ("pipeline.tasks",)
-
-STEP_TASK = "pipeline.step"
 
 
 @beat_init.connect
@@ -60,12 +69,6 @@ class Scheduler(PersistentScheduler):
         return result
 
 
-HANDED_OFF = "handed_off"
-"""A step message's header: when its run was handed to this step, in PostgreSQL's clock (epoch
-seconds: the `runs.updated_at` its hand-off wrote). The tick compares runs with the oldest
-queued messages' (`queued_since`)."""
-
-
 def send_step(
     run_id: uuid.UUID,
     *,
@@ -80,18 +83,17 @@ def send_step(
     "which run, which agent, which step"; only run_id means anything to the task.
     `handed_off`: the hand-off's time (HANDED_OFF); a message sent again for the same hand-off
     carries the first one's."""
+    step_queue().send([Step(step_kwargs(run_id, agent, step, batch, handoffs), handed_off,
+                            countdown)])  # fmt: skip
+
+
+def step_kwargs(
+    run_id: uuid.UUID, agent: str, step: int, batch: str | None, handoffs: int = 0
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"run_id": str(run_id), "agent": agent, "step": step, "batch": batch}
     if handoffs:
         kwargs["handoffs"] = handoffs
-    step_queue().send(kwargs, countdown, handed_off)
-
-
-def step_kwargs_repr(kwargs: dict[str, Any]) -> str:
-    """What Flower's kwargs column shows of a step: agent, step and a short run id first, so
-    they fit the column; the whole run id and batch after them for Flower's `kwargs:run_id=`
-    search (it reads this back as a dict literal)."""
-    shown = {"agent": kwargs["agent"], "step": kwargs["step"], "run": kwargs["run_id"][:8]}
-    return repr(shown | kwargs)
+    return kwargs
 
 
 def queued_since(queue: str, looked_at: int = 20) -> float:
@@ -114,35 +116,53 @@ class StepQueue(Protocol):
     """Where this process's step messages go: the broker (`BrokerQueue`), or, in a test,
     pipeline.testing's in-process queue, which runs each step as a worker's task would."""
 
-    def send(
-        self, kwargs: dict[str, Any], countdown: float | None, handed_off: float | None
-    ) -> None:
-        """One `pipeline.step` message with these keyword arguments and hand-off time."""
+    def send(self, steps: Sequence[Step]) -> None:
+        """`pipeline.step` messages, in this order."""
 
     def queued_since(self, queue: str, looked_at: int) -> float:
         """See `queued_since`."""
 
 
 class BrokerQueue:
-    """Step messages through Celery to the broker."""
+    """Step messages to the broker's queue: standard Celery task messages built from a template
+    (pipeline/step_messages.py) and pushed onto the queue's Redis list through a producer of
+    the app's pool (the connection and channel every publish of this process uses), many in
+    one command. Nobody reads a step's return value: none is stored (`ignore_result`)."""
 
-    def send(
-        self, kwargs: dict[str, Any], countdown: float | None, handed_off: float | None
-    ) -> None:
-        # Nobody reads a step's return value: no result stored, no result subscription here,
-        # and no AsyncResult built (it builds the result backend, once per thread: a step runs
-        # in a new thread each time, and redis-py's client reads package metadata: ~1.5 ms a
-        # send). Not added to a sending task's children either (a stored result would list it).
-        app.send_task(
-            STEP_TASK,
-            kwargs=kwargs,
-            kwargsrepr=step_kwargs_repr(kwargs),
-            countdown=countdown,
-            ignore_result=True,
-            result_cls=_Sent,
-            add_to_parent=False,
-            headers=None if handed_off is None else {HANDED_OFF: handed_off},
-        )
+    def __init__(self) -> None:
+        self._messages = StepMessages(app.conf.task_default_queue)
+
+    def send(self, steps: Sequence[Step]) -> None:
+        sent: list[tuple[str, Step]] = []
+
+        def encoded() -> Iterator[bytes]:
+            for step in steps:
+                task_id, message = self._messages.encode(step)
+                sent.append((task_id, step))
+                yield message
+
+        with app.producer_or_acquire() as producer:
+            with producer.channel.conn_or_acquire() as client:
+                push(client, self._messages.queue, encoded())
+            if app.conf.task_send_sent_event:  # NIGHTSHIFT_TASK_EVENTS: Flower lists them
+                for task_id, step in sent:
+                    self._sent_event(producer, task_id, step)
+
+    def _sent_event(self, producer: Any, task_id: str, step: Step) -> None:
+        """The `task-sent` event Celery's send_task publishes, with the same fields."""
+        queue = self._messages.queue
+        fields = {
+            "uuid": task_id, "root_id": task_id, "parent_id": None, "name": STEP_TASK,
+            "args": "()", "kwargs": step_kwargs_repr(step.kwargs), "retries": 0,
+            "eta": eta_of(step.countdown), "expires": None, "queue": queue, "exchange": "",
+            "routing_key": queue,
+        }  # fmt: skip
+        self._events.publish("task-sent", fields, producer)
+
+    @cached_property
+    def _events(self) -> Any:
+        """Publishes events through the producer it is given, as send_task's does."""
+        return app.events.Dispatcher(enabled=False)
 
     def queued_since(self, queue: str, looked_at: int) -> float:
         """kombu's Redis list: the next message a worker takes is its last element."""
@@ -170,15 +190,6 @@ step_queue: ProcessWide[StepQueue] = ProcessWide(BrokerQueue)
 (`step_queue.replaced_by(...)`, what pipeline.testing does)."""
 
 
-class _Sent:
-    """What send_task returns for a message whose result nobody reads."""
-
-    ignored = True
-
-    def __init__(self, task_id: str) -> None:
-        self.id = task_id
-
-
 _NOW = text("SELECT CAST(extract(epoch FROM now()) AS float8)")
 
 
@@ -203,5 +214,9 @@ class _Pending:
         self.runs: dict[uuid.UUID, dict[str, Any]] = {}
 
     def send(self) -> None:
-        for run_id, labels in self.runs.items():
-            send_step(run_id, handed_off=self.handed_off, **labels)
+        step_queue().send(
+            [
+                Step(step_kwargs(run_id, **labels), self.handed_off)
+                for run_id, labels in self.runs.items()
+            ]
+        )

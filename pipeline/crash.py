@@ -30,6 +30,7 @@ POINTS = frozenset(
         "after_notify_sent",
         "before_park",
         "before_batch_join",
+        "between_publish_chunks",
     }
 )
 

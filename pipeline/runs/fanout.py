@@ -23,7 +23,7 @@ from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
 from pipeline.runs import notifications
 from pipeline.runs.notifications import check_notify_url
-from pipeline.runs.start import create_run_txn, create_runs_txn, new_run
+from pipeline.runs.start import create_run_txn, create_runs_txn, new_runs
 
 log = get_logger("nightshift.fanout")
 _TERMINAL = RunStatus.terminal()
@@ -62,20 +62,17 @@ def create_batch_txn(
     ).scalar_one_or_none()
     if inserted is None:
         return []
-    # One INSERT for all the children (a night may have ten thousand): the workers get none
-    # of them before this transaction commits.
+    # One INSERT for all the children (a night may have a hundred thousand): the workers get
+    # none of them before this transaction commits, and then their first steps in chunks.
     children = create_runs_txn(
         session,
-        [
-            new_run(
-                plan.child_agent,
-                child_input,
-                child_key(plan.batch_id, index),
-                batch_id=plan.batch_id,
-                deadline=deadline,
-            )
-            for index, child_input in enumerate(plan.child_inputs)
-        ],
+        new_runs(
+            plan.child_agent,
+            plan.child_inputs,
+            [child_key(plan.batch_id, index) for index in range(len(plan.child_inputs))],
+            batch_id=plan.batch_id,
+            deadline=deadline,
+        ),
     )
     log.info("batch %s: %d children of %s", plan.batch_id, len(children), plan.child_agent)
     return children

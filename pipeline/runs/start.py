@@ -11,11 +11,10 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from models import Run, table_of
+from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, NoModel
@@ -99,39 +98,95 @@ def _nested_deeper(value: object, depth: int) -> bool:
     return False
 
 
-def new_run(
+@dataclass(frozen=True)
+class NewRuns:
+    """Runs of one agent to create at once (a batch's children, or a single run), their
+    requests checked: each one's id, input and key, and what they all share."""
+
+    agent: str
+    ids: list[uuid.UUID]
+    inputs: list[dict[str, Any]]
+    keys: list[str | None]
+    parent_id: uuid.UUID | None
+    batch_id: str | None
+    deadline: Deadline | None
+    notify_url: str | None
+    max_steps: int
+    prompt_version: str
+    agent_version: str
+
+
+def new_runs(
     agent_name: str,
-    run_input: object,
-    idempotency_key: str | None = None,
+    inputs: Sequence[object],
+    keys: Sequence[str | None],
     *,
     parent_id: uuid.UUID | None = None,
     batch_id: str | None = None,
     deadline: Deadline | None = None,
     notify_url: str | None = None,
     caller: bool = True,
-) -> dict[str, Any]:
-    """A new run's row, once its request is checked (a clear error if it is not right)."""
-    checked = validate_input(agent_name, run_input, caller=caller)
-    if idempotency_key is not None:
-        check_key(idempotency_key)
+) -> NewRuns:
+    """New runs of `agent_name`, one an input (and its idempotency key), once every request is
+    checked (a clear error for the first that is not right). `caller`: see validate_input."""
+    checked = [validate_input(agent_name, run_input, caller=caller) for run_input in inputs]
+    for key in keys:
+        if key is not None:
+            check_key(key)
     agent = get_agent(agent_name)
-    version = agent_version(agent_name)
-    return {
-        "id": uuid.uuid4(),
-        "agent": agent_name,
-        "input": checked,
-        "idempotency_key": idempotency_key,
-        "parent_id": parent_id,
-        "batch_id": batch_id,
-        "deadline": _deadline_value(deadline),
-        "notify_url": check_notify_url(notify_url),
-        "max_steps": agent.max_steps,
-        "state": {},
-        "code_version": code_version(),
-        "prompt_version": agent.prompt_version,
-        "agent_version": version,
-        "running_version": version,
-    }
+    return NewRuns(
+        agent=agent_name, ids=[uuid.uuid4() for _ in checked], inputs=checked, keys=list(keys),
+        parent_id=parent_id, batch_id=batch_id, deadline=deadline,
+        notify_url=check_notify_url(notify_url), max_steps=agent.max_steps,
+        prompt_version=agent.prompt_version, agent_version=agent_version(agent_name),
+    )  # fmt: skip
+
+
+# Every run is created by this one statement, however many at once: a night's ten thousand
+# children are one INSERT of arrays (a row of parameters each cost seconds), whose rows share
+# their agent, batch and versions. A key that already names a run inserts nothing (RETURNING
+# says which were created). The deadline is a time, or seconds from PostgreSQL's now().
+_CREATE_RUNS = text(
+    """
+    INSERT INTO runs (id, input, idempotency_key, agent, status, parent_id, batch_id, deadline,
+                      notify_url, max_steps, step, tool_calls, input_tokens, output_tokens,
+                      state, fence, attempt, cancel_requested, code_version, prompt_version,
+                      agent_version, running_version)
+    SELECT new.id, new.input, new.key, :agent, 'running', :parent_id, :batch_id,
+           coalesce(CAST(:deadline_at AS timestamptz),
+                    now() + make_interval(secs => CAST(:deadline_in AS float8))),
+           :notify_url, :max_steps, 0, 0, 0, 0, '{}', 0, 0, false, :code_version,
+           :prompt_version, :agent_version, :agent_version
+      FROM unnest(CAST(:ids AS uuid[]), CAST(CAST(:inputs AS text[]) AS jsonb[]),
+                  CAST(:keys AS text[])) AS new(id, input, key)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+    """
+)
+
+
+def _insert_txn(session: Session, runs: NewRuns) -> set[uuid.UUID]:
+    """Insert the runs; the ids of those created (not the ones whose key was taken)."""
+    deadline = runs.deadline
+    created = session.execute(
+        _CREATE_RUNS,
+        {
+            "ids": runs.ids,
+            "inputs": [json.dumps(run_input) for run_input in runs.inputs],
+            "keys": runs.keys,
+            "agent": runs.agent,
+            "parent_id": runs.parent_id,
+            "batch_id": runs.batch_id,
+            "deadline_at": deadline if isinstance(deadline, datetime) else None,
+            "deadline_in": deadline.total_seconds() if isinstance(deadline, timedelta) else None,
+            "notify_url": runs.notify_url,
+            "max_steps": runs.max_steps,
+            "code_version": code_version(),
+            "prompt_version": runs.prompt_version,
+            "agent_version": runs.agent_version,
+        },
+    )
+    return set(created.scalars())
 
 
 def create_run_txn(
@@ -152,21 +207,18 @@ def create_run_txn(
     repeated key returns the first run as it was started: its deadline is not moved.
     `caller`: see validate_input.
     """
-    values = new_run(
-        agent_name, run_input, idempotency_key, parent_id=parent_id, batch_id=batch_id,
+    runs = new_runs(
+        agent_name, [run_input], [idempotency_key], parent_id=parent_id, batch_id=batch_id,
         deadline=deadline, notify_url=notify_url, caller=caller,
     )  # fmt: skip
-    statement = insert(Run).values(**values)
-    if idempotency_key is not None:
-        statement = statement.on_conflict_do_nothing(index_elements=["idempotency_key"])
-    run_id = session.execute(statement.returning(Run.id)).scalar_one_or_none()
-    if run_id is not None:
+    if _insert_txn(session, runs):
+        run_id = runs.ids[0]
         send_step_after_commit(session, run_id, agent=agent_name, batch=batch_id)
         return StartedRun(run_id, created=True)
     existing = session.execute(
         select(Run.id, Run.agent, Run.input).where(Run.idempotency_key == idempotency_key)
     ).one()
-    if existing.agent != agent_name or existing.input != values["input"]:
+    if existing.agent != agent_name or existing.input != runs.inputs[0]:
         raise IdempotencyConflict(
             f"idempotency key {idempotency_key!r} already started run {existing.id} "
             "with a different agent or input"
@@ -174,22 +226,20 @@ def create_run_txn(
     return StartedRun(existing.id, created=False)
 
 
-def create_runs_txn(session: Session, rows: Sequence[dict[str, Any]]) -> list[uuid.UUID]:
-    """Create new runs (rows from new_run) in one statement, sending each one's first step once
+def create_runs_txn(session: Session, runs: NewRuns) -> list[uuid.UUID]:
+    """Create new runs (from new_runs) in one statement, sending each one's first step once
     the caller's transaction commits: a batch's children, thousands at a time. A key that
     already names a run is an error here (a new batch's children's keys cannot)."""
-    if rows:
-        session.execute(insert(table_of(Run)), list(rows))
-    for row in rows:
-        send_step_after_commit(session, row["id"], agent=row["agent"], batch=row["batch_id"])
-    return [row["id"] for row in rows]
-
-
-def _deadline_value(deadline: Deadline | None) -> datetime | ColumnElement[datetime] | None:
-    """A relative deadline counts from PostgreSQL's clock, as every deadline check does."""
-    if isinstance(deadline, timedelta):
-        return func.now() + deadline
-    return deadline
+    created = _insert_txn(session, runs) if runs.ids else set()
+    if len(created) != len(runs.ids):
+        taken = [key for run_id, key in zip(runs.ids, runs.keys, strict=True)
+                 if run_id not in created]  # fmt: skip
+        raise IdempotencyConflict(
+            f"{len(taken)} idempotency key(s) already name runs, e.g. {taken[0]!r}"
+        )
+    for run_id in runs.ids:
+        send_step_after_commit(session, run_id, agent=runs.agent, batch=runs.batch_id)
+    return runs.ids
 
 
 def start_run(

@@ -9,21 +9,22 @@ import math
 import threading
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from pipeline.engine.holders import holder_here
 from pipeline.engine.time_limit import execute_bounded_step
 from pipeline.settings import Settings
+from pipeline.step_messages import Step
 
 
 class InProcessQueue:
     def __init__(self) -> None:
         self._messages: deque[tuple[dict[str, Any], float | None]] = deque()
 
-    def send(
-        self, kwargs: dict[str, Any], countdown: float | None, handed_off: float | None
-    ) -> None:
-        self._messages.append((kwargs, handed_off))  # no countdown: nothing else runs meanwhile
+    def send(self, steps: Sequence[Step]) -> None:
+        # No countdown: nothing else runs meanwhile.
+        self._messages.extend((step.kwargs, step.handed_off) for step in steps)
 
     def queued_since(self, queue: str, looked_at: int) -> float:
         if not self._messages:
