@@ -134,10 +134,11 @@ def start_run(
 
 
 @app.task(name="pipeline.notify", ignore_result=True)
-def notify(notification_id: int) -> str:
+def notify(notification_id: int, receiver: str = "") -> str:
     """Hand one completion webhook (a run's or a batch's notify_url) to this worker's senders,
-    off the step threads; when they are all busy, the tick sends it again later."""
-    return "queued" if senders().hand_off(deliver, notification_id) else "busy"
+    off the step threads, in its receiver's queue; when there is no room, the tick sends it
+    again later."""
+    return "queued" if senders().hand_off(deliver, notification_id, receiver) else "busy"
 
 
 @app.task(

@@ -9,8 +9,18 @@ from typing import Any
 
 import httpx
 
-from pipeline import Agent, BatchPlan, Conversation, Slot, ToolContext, text, tool, tool_use
-from pipeline.agents.services import TIMEOUT, WEB, read_json
+from pipeline import (
+    Agent,
+    BatchPlan,
+    Conversation,
+    Slot,
+    ToolContext,
+    http_deadline,
+    text,
+    tool,
+    tool_use,
+)
+from pipeline.agents.services import SECONDS, WEB, read_json
 from pipeline.errors import Unavailable
 from pipeline.settings import get_settings
 
@@ -59,7 +69,7 @@ def fetch_competitors() -> list[dict[str, str]]:
     if not base:
         raise CompetitorListUnavailable("NIGHTSHIFT_WEB_URL is not set: no competitor list")
     try:
-        response = httpx.get(f"{base.rstrip('/')}/competitors", timeout=TIMEOUT)
+        response = http_deadline.request("GET", f"{base.rstrip('/')}/competitors", SECONDS)
         response.raise_for_status()
         listed = response.json()
     except (httpx.HTTPError, ValueError) as exc:

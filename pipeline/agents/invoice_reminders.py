@@ -16,8 +16,6 @@ import re
 from datetime import date
 from typing import Any
 
-import httpx
-
 from pipeline import (
     Agent,
     Conversation,
@@ -25,14 +23,15 @@ from pipeline import (
     RunPlan,
     Slot,
     ToolContext,
+    http_deadline,
     text,
     tool,
     tool_use,
 )
 from pipeline.agents.services import (
     EMAIL,
+    SECONDS,
     SUBJECT,
-    TIMEOUT,
     WEB,
     email_effect,
     read_json,
@@ -89,7 +88,7 @@ def client_record(context: ToolContext, client: str) -> dict[str, Any]:
     """The billing service's record of a client with overdue invoices (contact, invoices);
     PermanentError if it has none, or the record has no usable address."""
     base = service_url(context, WEB)
-    response = httpx.get(f"{base}/clients/{client}/overdue", timeout=TIMEOUT)
+    response = http_deadline.request("GET", f"{base}/clients/{client}/overdue", SECONDS)
     if response.status_code == 404:
         raise PermanentError(
             f"no client {client!r} with overdue invoices at the billing service; nothing was sent"

@@ -12,9 +12,18 @@ from typing import Any
 
 import httpx
 
-from pipeline import LookupUnsupported, NotConfigured, PermanentError, SideEffect, ToolContext
+from pipeline import (
+    LookupUnsupported,
+    NotConfigured,
+    PermanentError,
+    SideEffect,
+    ToolContext,
+    http_deadline,
+)
 
-TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+SECONDS = 10.0
+"""Each call's total deadline, connection to the answer's last byte (pipeline/http_deadline.py):
+a service that answers a byte at a time holds a step no longer than one that does not answer."""
 
 
 WEB = "NIGHTSHIFT_WEB_URL"
@@ -43,7 +52,7 @@ def _key_header(context: ToolContext) -> dict[str, str]:
 
 def _send(context: ToolContext, method: str, url: str, body: dict[str, Any]) -> httpx.Response:
     """One keyed write: the action's idempotency key goes with it, so a resend is absorbed."""
-    return httpx.request(method, url, json=body, headers=_key_header(context), timeout=TIMEOUT)
+    return http_deadline.request(method, url, SECONDS, json=body, headers=_key_header(context))
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:
@@ -54,7 +63,7 @@ def _json(response: httpx.Response) -> dict[str, Any]:
 
 def read_json(context: ToolContext, variable: str, path: str) -> dict[str, Any]:
     """A JSON document from the service `variable` names (WEB, ...): a read, with no key."""
-    return _json(httpx.get(f"{service_url(context, variable)}{path}", timeout=TIMEOUT))
+    return _json(http_deadline.request("GET", f"{service_url(context, variable)}{path}", SECONDS))
 
 
 SUBJECT = {
@@ -89,7 +98,7 @@ def find_email(key: str, args: Any, context: ToolContext) -> dict[str, Any] | No
     if context.settings.email_mode == "none":
         raise LookupUnsupported("the email API is configured without lookup")
     base = service_url(context, EMAIL)
-    response = httpx.get(f"{base}/emails", params={"key": key}, timeout=TIMEOUT)
+    response = http_deadline.request("GET", f"{base}/emails", SECONDS, params={"key": key})
     if response.status_code == 404:
         raise LookupUnsupported(response.json().get("error", "lookup not supported"))
     response.raise_for_status()
@@ -130,9 +139,9 @@ def find_open_pull(key: str, args: Any, context: ToolContext) -> dict[str, Any] 
     """The open pull request for the action's repo and branch (the git host's own key)."""
     repo, branch = args["repo"], args["branch"]
     base = service_url(context, GITHOST)
-    response = httpx.get(
-        f"{base}/repos/{repo}/pulls", params={"branch": branch, "state": "open"}, timeout=TIMEOUT
-    )
+    pulls_of = f"{base}/repos/{repo}/pulls"
+    query = {"branch": branch, "state": "open"}
+    response = http_deadline.request("GET", pulls_of, SECONDS, params=query)
     response.raise_for_status()
     pulls = response.json()
     return dict(pulls[0]) if pulls else None
@@ -142,7 +151,7 @@ def read_prices(context: ToolContext, skus: list[str]) -> dict[str, dict[str, An
     """Our price book's {price, currency} for each SKU we sell (one we do not is left out)."""
     base = service_url(context, PRICING)
     prices: dict[str, dict[str, Any]] = {}
-    with httpx.Client(timeout=TIMEOUT) as client:
+    with http_deadline.client(SECONDS) as client:
         for sku in skus:
             response = client.get(f"{base}/prices/{sku}")
             if response.status_code == 404:
@@ -161,7 +170,7 @@ def set_price(context: ToolContext, sku: str, price: float, currency: str) -> di
 
 def find_price_change(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
     base = service_url(context, PRICING)
-    response = httpx.get(f"{base}/changes", params={"key": key}, timeout=TIMEOUT)
+    response = http_deadline.request("GET", f"{base}/changes", SECONDS, params={"key": key})
     response.raise_for_status()
     changes = response.json().get("changes") or []
     return dict(changes[0]) if changes else None

@@ -22,6 +22,7 @@ import httpx
 from sqlalchemy import TextClause, select, text
 from sqlalchemy.orm import Session
 
+import pipeline.http_deadline as http_deadline
 from models import ActionState, Alert, Batch, Run, RunEvent, RunStatus
 from pipeline.crash import crash_point
 from pipeline.db import transaction
@@ -36,8 +37,8 @@ from pipeline.settings import Settings, get_settings
 log = get_logger("nightshift.notify")
 
 SEND_SECONDS = 5.0
-SEND_TIMEOUT = httpx.Timeout(SEND_SECONDS, connect=2.0)
-"""Short: a receiver has seconds to answer, and one that does not is backed off
+"""Each POST's total deadline, connection to the answer's last byte: a receiver has seconds to
+answer, however it answers, and one that does not is backed off
 (pipeline/engine/sender_pool.py) rather than waited for."""
 MAX_ATTEMPTS = 12
 FIRST_RETRY = timedelta(seconds=1)
@@ -158,7 +159,7 @@ def deliver(notification_id: int, settings: Settings | None = None) -> Delivery:
 
 def _send(claim: Any, target: Target, body: str, secret: str | None) -> Delivery:
     try:
-        with httpx.Client(timeout=SEND_TIMEOUT, follow_redirects=False) as client:
+        with http_deadline.client(SEND_SECONDS, follow_redirects=False) as client:
             response = client.request(
                 "POST",
                 target.pinned_url,  # the address checked, not a second lookup

@@ -1,9 +1,12 @@
-"""A worker's webhook senders: a few threads of their own, off the step threads, and backoff per
-receiver, so a receiver that never answers costs other runs nothing.
+"""A worker's webhook senders: a few threads of their own, off the step threads, one delivery
+at a time per receiver, and backoff per receiver, so a receiver that is slow or never answers
+costs other runs and other receivers nothing.
 
 The `pipeline.notify` task only hands its notification over (`hand_off`) and returns at once.
-At most SENDERS deliveries are in flight per process and QUEUED more wait; past that, the task
-leaves the notification to the tick, which sends it again later. A receiver (scheme, host and
+At most SENDERS deliveries are in flight per process, one per receiver, each over within its
+total deadline (pipeline/http_deadline.py), and QUEUED more wait, at most PER_RECEIVER of one
+receiver; past that, the task leaves the notification to the tick, which sends it again later.
+A receiver (scheme, host and
 port) whose last send timed out, failed to connect or answered 5xx/429 is not tried again until
 its backoff ends (doubling from FIRST_BACKOFF to LAST_BACKOFF), and then by one send at a time:
 its other notifications are put off without an attempt, instead of each holding a sender for a
@@ -17,8 +20,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pipeline.logs import get_logger
@@ -27,7 +30,8 @@ from pipeline.reachability import DATABASE
 log = get_logger("nightshift.notify")
 
 SENDERS = 4
-QUEUED = 16
+QUEUED = 64
+PER_RECEIVER = 32
 FIRST_BACKOFF = 2.0
 LAST_BACKOFF = 300.0
 MIN_DEFERRAL = 10.0
@@ -85,30 +89,74 @@ class Receivers:
 
 
 class Senders:
-    """A bounded pool: SENDERS threads, and room for QUEUED more deliveries waiting."""
+    """SENDERS threads and room for QUEUED deliveries waiting, in a queue per receiver.
 
-    def __init__(self, threads: int = SENDERS, queued: int = QUEUED) -> None:
-        self._room = threading.BoundedSemaphore(threads + queued)
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="nightshift-notify")
+    A receiver has at most one delivery in flight in this process and at most PER_RECEIVER
+    waiting: a receiver that holds its sender (for up to the send's total deadline) holds no
+    other, and its backlog takes no room from other receivers' deliveries. Free senders take
+    the receivers in turn."""
 
-    def hand_off(self, send: Callable[[int], Any], notification_id: int) -> bool:
-        """Queue `send(notification_id)`; False when the pool is full (the tick sends it later)."""
-        if not self._room.acquire(blocking=False):
-            return False
-        future = self._pool.submit(send, notification_id)
-        future.add_done_callback(lambda done: self._finished(done, notification_id))
+    def __init__(
+        self, threads: int = SENDERS, queued: int = QUEUED, per_receiver: int = PER_RECEIVER
+    ) -> None:
+        self._room = queued
+        self._per_receiver = per_receiver
+        self._changed = threading.Condition()
+        self._waiting: dict[str, deque[tuple[Callable[[int], Any], int]]] = {}
+        self._turns: deque[str] = deque()
+        """Receivers with a delivery waiting and none in flight, in the order they take turns."""
+        self._busy: set[str] = set()
+        """Receivers with a delivery in flight."""
+        self._queued = 0
+        for number in range(threads):
+            name = f"nightshift-notify-{number}"
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def hand_off(self, send: Callable[[int], Any], notification_id: int, receiver: str) -> bool:
+        """Queue `send(notification_id)`; False when there is no room for it (the tick sends
+        it again later)."""
+        with self._changed:
+            waiting = self._waiting.setdefault(receiver, deque())
+            if self._queued >= self._room or len(waiting) >= self._per_receiver:
+                if not waiting:
+                    self._waiting.pop(receiver)
+                return False
+            waiting.append((send, notification_id))
+            self._queued += 1
+            if len(waiting) == 1 and receiver not in self._busy:
+                self._turns.append(receiver)
+                self._changed.notify()
         return True
 
-    def _finished(self, done: Future[Any], notification_id: int) -> None:
-        self._room.release()
-        failure = done.exception()
-        if failure is None:
-            return
-        # Its claim lapses and the tick sends it again; an outage is said once, by DATABASE.
-        if DATABASE.is_outage(failure):
-            DATABASE.failed(failure)
-        else:
-            log.error("notification %d: its sender failed: %r", notification_id, failure)
+    def _serve(self) -> None:
+        while True:
+            with self._changed:
+                while not self._turns:
+                    self._changed.wait()
+                receiver = self._turns.popleft()
+                send, notification_id = self._waiting[receiver].popleft()
+                self._queued -= 1
+                self._busy.add(receiver)
+            try:
+                send(notification_id)
+            except Exception as failure:  # its claim lapses and the tick sends it again
+                _report(failure, notification_id)
+            finally:
+                with self._changed:
+                    self._busy.discard(receiver)
+                    if self._waiting.get(receiver):
+                        self._turns.append(receiver)
+                        self._changed.notify()
+                    else:
+                        self._waiting.pop(receiver, None)
+
+
+def _report(failure: Exception, notification_id: int) -> None:
+    """An outage is said once, by DATABASE; anything else here is a defect worth a line."""
+    if DATABASE.is_outage(failure):
+        DATABASE.failed(failure)
+    else:
+        log.error("notification %d: its sender failed: %r", notification_id, failure)
 
 
 RECEIVERS = Receivers()

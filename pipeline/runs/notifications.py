@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.orm import Session
 
 from pipeline.app import app
 from pipeline.db import after_commit
 from pipeline.errors import InvalidInput, TargetUnresolved
-from pipeline.runs.outbound import resolve_target
+from pipeline.runs.outbound import receiver_of, resolve_target
 from pipeline.settings import get_settings
 
 NOTIFY_TASK = "pipeline.notify"
@@ -40,7 +42,7 @@ _DUE = text(
          ORDER BY next_attempt_at
          LIMIT :limit
          FOR UPDATE SKIP LOCKED)
-    RETURNING id
+    RETURNING id, url
     """
 )
 _NEW = text(
@@ -48,7 +50,7 @@ _NEW = text(
     UPDATE notifications SET dispatched_at = now()
      WHERE {_OWED} AND dispatched_at IS NULL
        AND created_xid = pg_current_xact_id()::text::bigint
-    RETURNING id
+    RETURNING id, url
     """
 )
 
@@ -100,26 +102,24 @@ _OWE_ALERT = text(
 def dispatch_new_txn(session: Session) -> list[int]:
     """Send a delivery task, after the commit, for every notification this transaction's own
     transitions wrote."""
-    return _dispatch(session, [row.id for row in session.execute(_NEW)])
+    return _dispatch(session, session.execute(_NEW).all())
 
 
 def dispatch_due_txn(session: Session, grace: float, limit: int = 500) -> list[int]:
     """The tick: send a delivery task for every notification owed and due that no sender
     holds and no recent task is on its way to."""
-    due = session.execute(_DUE, {"grace": grace, "limit": limit})
-    return _dispatch(session, [row.id for row in due])
+    return _dispatch(session, session.execute(_DUE, {"grace": grace, "limit": limit}).all())
 
 
-def _dispatch(session: Session, ids: list[int]) -> list[int]:
-    if ids:
+def _dispatch(session: Session, owed: Sequence[Row[Any]]) -> list[int]:
+    """Each task names its receiver: a worker sends to one receiver one at a time."""
+    tasks = [{"notification_id": row.id, "receiver": receiver_of(row.url)} for row in owed]
+    if tasks:
         queue = get_settings().control_queue
-        after_commit(session, lambda: _send(ids, queue))
-    return ids
+        after_commit(session, lambda: _send(tasks, queue))
+    return [row.id for row in owed]
 
 
-def _send(ids: list[int], queue: str) -> None:
-    for notification_id in ids:
-        app.send_task(
-            NOTIFY_TASK, kwargs={"notification_id": notification_id}, queue=queue,
-            ignore_result=True,
-        )  # fmt: skip
+def _send(tasks: list[dict[str, Any]], queue: str) -> None:
+    for kwargs in tasks:
+        app.send_task(NOTIFY_TASK, kwargs=kwargs, queue=queue, ignore_result=True)

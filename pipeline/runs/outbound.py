@@ -53,8 +53,14 @@ class Target:
 
     @property
     def receiver(self) -> str:
-        """Who answers: a receiver's failures put off its other deliveries (not others')."""
-        return f"{urlsplit(self.url).scheme}://{self.host_header}"
+        return receiver_of(self.url)
+
+
+def receiver_of(url: str) -> str:
+    """Who answers a URL (`scheme://host:port` as written): a receiver's failures put off its
+    other deliveries, never another's, and a worker sends it one delivery at a time."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
 
 
 def check_form(url: str, what: str) -> SplitResult:

@@ -9,6 +9,7 @@ import socket
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,6 +150,86 @@ class Tarpit:
         with self._lock:
             for connection in self.held:
                 connection.close()
+
+
+class Dripper(Tarpit):
+    """A receiver that answers one byte every DRIP seconds, forever: no read ever waits as long
+    as a per-read timeout, so only a total deadline ends its POSTs."""
+
+    DRIP = 1.0
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            with self._lock:
+                self.held.append(connection)
+            threading.Thread(target=self._drip, args=(connection,), daemon=True).start()
+
+    def _drip(self, connection: socket.socket) -> None:
+        try:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+            while True:
+                time.sleep(self.DRIP)
+                connection.sendall(b"x")
+        except OSError:
+            return  # the sender hung up
+
+
+def test_a_dripping_receiver_delays_no_other_receivers_delivery_past_its_own_deadline(
+    receiver: HookSandbox, processes: ProcessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a worker's senders, and a receiver that answers a byte a second, forever
+    monkeypatch.setenv("NIGHTSHIFT_NOTIFY_ALLOWED", "127.0.0.1")
+    get_settings.cache_clear()
+    dripper = Dripper()
+    processes("w1")
+    try:
+        # when ten runs that told the dripper are followed by ten that tell another receiver
+        _finish_notifying(dripper.url, 10)
+        wait_for(lambda: dripper.held, timeout=30, what="a sender to reach the dripper")
+        sent_at = _finish_notifying(f"{receiver.url}/hooks/ops", 10)
+        # then each of the others arrives within one send's deadline (a worker's senders were
+        # all held by the dripper for minutes: another receiver's notifications waited)
+        wait_for(lambda: len(receiver.deliveries()) == 10, timeout=60,
+                 what="the other receiver's notifications")  # fmt: skip
+        took = [datetime.datetime.fromisoformat(d["at"]) - sent_at for d in receiver.deliveries()]
+        assert max(took).total_seconds() < SEND_SECONDS, took
+
+        # and the dripper's first was cut off at the deadline, its outcome unknown, to be sent
+        # again later with its key; the dripper never held more than one sender
+        def cut_off() -> list[Notification]:
+            with transaction() as session:
+                dripped = session.scalars(
+                    select(Notification).where(Notification.url == dripper.url)
+                ).all()
+            return [n for n in dripped if n.attempts and n.state is not ActionState.ATTEMPTED]
+
+        [first] = wait_for(cut_off, timeout=3 * SEND_SECONDS, what="the dripper's POST to end")
+    finally:
+        dripper.close()
+    assert first.state is ActionState.OUTCOME_UNKNOWN and "ReadTimeout" in (first.error or "")
+    assert len(dripper.held) == 1, "the dripper held more than one sender"
+
+
+def _finish_notifying(url: str, runs: int) -> datetime.datetime:
+    """`runs` runs that finished, owing `url` a notification, handed to the workers as the
+    step that finished them would; when that committed."""
+    with transaction() as session:
+        for _ in range(runs):
+            run = create_run_txn(session, "nightly_report", {"team": uuid.uuid4().hex,
+                                 "date": "2026-11-29"}, notify_url=url)  # fmt: skip
+            session.execute(
+                update(Run).where(Run.id == run.run_id).values(status=RunStatus.SUCCEEDED)
+            )
+        dispatch_new_txn(session)
+    with transaction() as session:
+        committed = session.scalar(select(func.now()))
+    assert committed is not None
+    return committed
 
 
 def _latency(day: int) -> float:
