@@ -18,7 +18,8 @@ temporary directory between sessions). There is no second step loop here: what a
 below the step (`pipeline.process_wide`): the settings (the test's `env=` and `config=`, never
 the process environment), the registry (the test's agent, its tools stubbed) and the step queue
 (`handoff.py`: the messages stay in the process, and each is run as a worker runs it, until
-none is left: the run has ended or waits).
+none is left: the run has ended or waits). tests/integration/test_parity.py runs every
+registered agent both ways, on a worker and here, and finds them ending alike.
 
 Each tool runs for real unless `tools=` stubs it: a stub is a value (the result) or a function
 `(args, context)` with the arguments as the model sent them (`stand_ins.py`). A tool with a side

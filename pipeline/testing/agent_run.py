@@ -96,12 +96,11 @@ class AgentRun:
         parsed_deadline = parse_deadline(deadline)
         self._database: RunDatabase = take()
         weakref.finalize(self, give_back, self._database)
+        # A data directory of pipeline.testing's own unless the test names one (tools keep
+        # files there: a git worktree, say), never the user's.
+        where = {"NIGHTSHIFT_DATA_DIR": str(data_dir())}
         self.settings = Settings.from_env(
-            {
-                **variables,
-                "NIGHTSHIFT_DATABASE_URL": self._database.url,
-                "NIGHTSHIFT_DATA_DIR": str(data_dir()),
-            }
+            {**where, **variables, "NIGHTSHIFT_DATABASE_URL": self._database.url}
         )
         with self._in_force():
             self.id = start_run(agent.name, run_input, deadline=parsed_deadline).run_id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import shutil
 import subprocess
 import sys
@@ -151,6 +153,35 @@ def services_up(
 
 def opened_pulls(githost: GitHostSandbox) -> list[dict]:
     return [entry for entry in githost.log.entries() if entry["action"] == "opened"]
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "oncall_digest"
+"""A user's agent package (its own pyproject, its agent registered by entry point)."""
+
+
+@pytest.fixture(scope="module")
+def example_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`pip install examples/oncall_digest`, as a user would, into a directory of its own on
+    PYTHONPATH (and this process's sys.path) rather than into the venv running the tests: the
+    suite's other processes (pytest-xdist, their workers) would otherwise find its entry point
+    without its module on their path and refuse to start."""
+    from pipeline.registry import registry
+
+    target = tmp_path_factory.mktemp("oncall-digest-installed")
+    subprocess.run([sys.executable, "-m", "pip", "-q", "install", "--no-deps", "--target",
+                    str(target), str(EXAMPLE)], check=True, timeout=300)  # fmt: skip
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(target), before) if p)
+    sys.path.insert(0, str(target))
+    importlib.invalidate_caches()
+    registry.cache_clear()
+    yield
+    sys.path.remove(str(target))
+    if before is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = before
+    registry.cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ the saved reply."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -21,45 +20,17 @@ from sqlalchemy import select
 
 from models import Action, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.registry import get_agent, registry
+from pipeline.registry import get_agent
 from pipeline.sandbox.email import EmailSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
 from pipeline.testing import run_agent
-from tests.integration.conftest import ProcessFactory
+from tests.integration.conftest import EXAMPLE, ProcessFactory
 from tests.support import ServiceUrls, wait_for, wait_for_status
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "oncall_digest"
 DISTRIBUTION = "oncall-digest"
 TOKEN = "tok-oncall-7d1e9b"
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.NEEDS_ATTENTION.value}
-
-
-def pip(python: Path | str, *args: str) -> None:
-    subprocess.run([str(python), "-m", "pip", "-q", *args], check=True, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def example_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """`pip install examples/oncall_digest`, as a user would, into a directory of its own on
-    PYTHONPATH (and this process's sys.path) rather than into the venv running the tests: the
-    suite's other processes (pytest-xdist, their workers) would otherwise find its entry point
-    without its module on their path and refuse to start."""
-    target = tmp_path_factory.mktemp("oncall-digest-installed")
-    pip(sys.executable, "install", "--no-deps", "--target", str(target),
-        str(EXAMPLE))  # fmt: skip
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(target), before) if p)
-    sys.path.insert(0, str(target))
-    importlib.invalidate_caches()
-    registry.cache_clear()
-    yield
-    sys.path.remove(str(target))
-    if before is None:
-        del os.environ["PYTHONPATH"]
-    else:
-        os.environ["PYTHONPATH"] = before
-    registry.cache_clear()
 
 
 def nightshift(*args: str) -> str:
