@@ -53,7 +53,7 @@ AGENT = Agent(name="five", system="You echo.", instructions="Echo four times.",
               tools=(echo,), input_schema={"type": "object"}, script=script)
 run = run_agent(AGENT, {})
 assert (run.status, len(run.calls)) == ("succeeded", 4), (run.status, run.error)
-first = time.time()
+first, first_cpu = time.time(), time.process_time()
 del run
 walls, cpus = [], []
 for _ in range(runs):
@@ -64,7 +64,7 @@ for _ in range(runs):
     cpus.append(time.process_time() - cpu)
     del run
 print(json.dumps({"imported": imported - started, "first": first - started,
-                  "walls": walls, "cpus": cpus}))
+                  "first_cpu": first_cpu, "walls": walls, "cpus": cpus}))
 """
 
 
@@ -110,7 +110,8 @@ def main() -> None:
             result = child(tmpdir, args.runs if case == "server running" else 0, args.configured)
             first = result["first"]
             verdict = "met" if first < TARGET_FIRST else "MISSED"
-            measured = f"{first:.2f} s (imports {result['imported']:.2f} s)"
+            measured = (f"{first:.2f} s (imports {result['imported']:.2f} s; "
+                        f"this process's CPU {result['first_cpu']:.2f} s)")  # fmt: skip
             rows.append([f"first test, {case}", measured, f"< {TARGET_FIRST:g} s", verdict])
         walls, cpus = result["walls"], result["cpus"]
         median = statistics.median(walls)

@@ -40,16 +40,36 @@ END
 $$;
 
 -- name: empty_run_database
--- A run's database as its template left it, for the next run: every table emptied (the
--- template's are empty) and its ids counted from 1 again; the migrations' record stays.
--- No parameters.
+-- A run's database as its template left it, for the next run: every row deleted (the
+-- template's tables are empty) and every sequence counting from 1 again; the migrations'
+-- record stays. DELETE, not TRUNCATE: a run fills a few tables with a few rows, and TRUNCATE
+-- makes new files for every table it names (and CASCADE names nearly all). A row another one
+-- still refers to is deleted in a later pass. No parameters.
 DO $$
+DECLARE
+    found record;
+    passes int := 0;
+    left_over boolean;
 BEGIN
-    EXECUTE (
-        SELECT 'TRUNCATE ' || string_agg(quote_ident(tablename), ', ')
-               || ' RESTART IDENTITY CASCADE'
-          FROM pg_tables
-         WHERE schemaname = current_schema() AND tablename <> 'alembic_version'
-    );
+    LOOP
+        left_over := false;
+        FOR found IN
+            SELECT tablename FROM pg_tables
+             WHERE schemaname = current_schema() AND tablename <> 'alembic_version'
+        LOOP
+            BEGIN
+                EXECUTE 'DELETE FROM ' || quote_ident(found.tablename);
+            EXCEPTION WHEN foreign_key_violation THEN
+                left_over := true;
+            END;
+        END LOOP;
+        EXIT WHEN NOT left_over;
+        passes := passes + 1;
+        IF passes > 20 THEN
+            RAISE EXCEPTION 'rows that refer to each other in a cycle: cannot empty the database';
+        END IF;
+    END LOOP;
+    PERFORM setval(quote_ident(sequencename)::regclass, 1, false)
+       FROM pg_sequences WHERE schemaname = current_schema();
 END
 $$;
