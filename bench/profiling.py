@@ -29,7 +29,7 @@ PHASES = [
 COUNTS = [
     ("SQL statements through SQLAlchemy", "sqlalchemy/engine/base.py", "_execute_context"),
     ("psycopg executes (named statements and SQLAlchemy's)", "psycopg/cursor.py", "execute"),
-    ("pipelined transactions (one round trip each)", "pipeline/db.py", "pipelined"),
+    ("pipelined transactions (one round trip each)", "pipeline/statements.py", "pipelined"),
     ("pool pre-ping round trips", "postgresql/_psycopg_common.py", "do_ping"),
     ("commits through SQLAlchemy", "psycopg/connection.py", "commit"),
 ]

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import Lock
 from typing import Any
 
 import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
@@ -122,7 +121,8 @@ def _ping_when_idle(engine: Engine) -> None:
 
 PREPARE_THRESHOLD: int | None = 5
 """Statements run this often on one connection are prepared on the server (psycopg's default;
-pipelined() prepares its statements at once): PostgreSQL then plans them once, not each time.
+pipeline/statements.py's pipelined() prepares its statements at once): PostgreSQL then plans
+them once, not each time.
 Only on a connection that is PostgreSQL's own session: a transaction pooler (PgBouncer in
 transaction mode) hands each transaction to whichever server connection is free, where a
 statement prepared on another does not exist, or exists under the same name for another
@@ -214,46 +214,6 @@ def transaction(url: str | None = None) -> Iterator[Session]:
         callbacks: list[Callable[[], None]] = session.info.pop(_AFTER_COMMIT, [])
     for callback in callbacks:
         callback()
-
-
-def pipelined(
-    statements: Sequence[tuple[str, Mapping[str, Any]]], url: str | None = None
-) -> list[list[Any]]:
-    """Run the statements as one transaction in one round trip, on one of the same pool's
-    psycopg connections: each statement's rows (named tuples; every statement returns rows).
-    They go out together, prepared unless a pooler stands in between (PREPARE_THRESHOLD), in
-    pipeline mode, and PostgreSQL runs
-    everything before the pipeline's Sync as one implicit transaction, committed at the Sync,
-    or rolled back as a whole when one statement fails (raised here). A transaction() takes a
-    round trip a statement, plus BEGIN and COMMIT. For the statements every step runs
-    (pipeline/engine/step_sql.py). A connection that broke is dropped from the pool."""
-    pooled = get_engine(url).raw_connection()
-    connection: psycopg.Connection[Any] = pooled.driver_connection  # type: ignore[assignment]
-    try:
-        connection.autocommit = True  # no BEGIN: the Sync ends the implicit transaction
-        prepare = connection.prepare_threshold is not None
-        if len(statements) == 1:  # a transaction of its own already: no pipeline to keep
-            ((sql, params),) = statements
-            cursor = connection.cursor(row_factory=namedtuple_row)
-            return [cursor.execute(sql, params, prepare=prepare).fetchall()]
-        cursors = []
-        with connection.pipeline():
-            for sql, params in statements:
-                cursor = connection.cursor(row_factory=namedtuple_row)
-                cursor.execute(sql, params, prepare=prepare)
-                cursors.append(cursor)
-        return [cursor.fetchall() for cursor in cursors]
-    except BaseException:
-        if connection.broken:
-            pooled.invalidate()
-        raise
-    finally:
-        try:
-            if not connection.closed:
-                connection.autocommit = False  # as SQLAlchemy's sessions expect it
-        except psycopg.Error:  # still mid-statement (an interrupt): not fit to go back
-            pooled.invalidate()
-        pooled.close()
 
 
 @contextmanager

@@ -1,7 +1,19 @@
-"""The SQL truth in one place (docs/internals.md, "SQL in one place"): schema.sql, the one
-current definition of nightshift's PL/pgSQL functions and triggers, with the call migrations
-use to apply it; queries.sql, the statements every step runs, by name; and testing.sql, the
-statements only pipeline.testing runs, on a database a test owns (its clock)."""
+"""The SQL truth in one place (docs/internals.md, "Where the SQL is").
+
+- `schema.sql`: the one current definition of nightshift's PL/pgSQL functions and triggers,
+  with the call migrations use to apply it.
+- The named statements: every statement that writes the durable record (runs and their
+  leases, the journal, actions, batches, and what those writes bring along), one file per
+  group, each statement under a `-- name:` line, its name unique across the files:
+  `step.sql` what every step runs (the claim and what it loads, the journal writes, the
+  checkpoint, the lease renewal); `runs.sql` a run's other changes (fenced writes, start,
+  park, finish, wake, cancel, the tick's takeovers, expiry); `actions.sql` the action
+  protocol's rows and their audit trail; `batches.sql` batches, their join and the budget
+  stops; `testing.sql` what only pipeline.testing runs, on a database a test owns (its
+  clock). `pipeline/statements.py` runs them, and nothing else writes those tables.
+
+Read models (pipeline/views) may stay in SQLAlchemy Core.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +23,7 @@ from importlib.resources import files
 from sqlalchemy.engine import Connection
 
 SCHEMA_FILE = "schema.sql"
-QUERIES_FILE = "queries.sql"
-TESTING_FILE = "testing.sql"
+STATEMENT_FILES = ("step.sql", "runs.sql", "actions.sql", "batches.sql", "testing.sql")
 _NAME = "-- name: "
 
 
@@ -29,13 +40,20 @@ def apply_schema(connection: Connection) -> None:
 
 
 @cache
-def queries(file: str = QUERIES_FILE) -> dict[str, str]:
-    """A file's statements by name (each block from its `-- name:` line to the next), without
-    their comments: psycopg would read a `%` in a comment as a placeholder."""
-    text = files(__name__).joinpath(file).read_text(encoding="utf-8")
+def queries() -> dict[str, str]:
+    """Every named statement, by name: each block from its `-- name:` line to the next,
+    without its comments (psycopg would read a `%` in a comment as a placeholder). A name
+    given twice is an error naming both files."""
     found: dict[str, str] = {}
-    for block in text.split(_NAME)[1:]:
-        name, _, body = block.partition("\n")
-        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
-        found[name.strip()] = "\n".join(lines).strip().rstrip(";").strip()
+    where: dict[str, str] = {}
+    for file in STATEMENT_FILES:
+        text = files(__name__).joinpath(file).read_text(encoding="utf-8")
+        for block in text.split(_NAME)[1:]:
+            name, _, body = block.partition("\n")
+            name = name.strip()
+            if name in found:
+                raise ValueError(f"statement {name!r} is named in {where[name]} and in {file}")
+            lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+            found[name] = "\n".join(lines).strip().rstrip(";").strip()
+            where[name] = file
     return found

@@ -119,6 +119,63 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- A failed attempt of a run's step (pipeline/runs/failed_attempts.py says what counts): the
+-- row's new failed_attempts, failures and failed_step, from the row as it was, for the UPDATE
+-- that takes the run from that attempt: the claim that takes over, the tick, the give-up of a
+-- step past its time bound or after a database error (`SET (failed_attempts, failures,
+-- failed_step) = (SELECT * FROM nightshift_failed_attempt(runs, ...))`). The attempt's holder
+-- and fence are the row's. `kind` is a FailureKind. `failed`: whether this row's attempt failed
+-- at all (the tick also hands on runs that merely lost their message: those keep their
+-- values). `lapsed_at` and `lease_seconds`: when the attempt's lease expired and a lease's
+-- length, when it may have failed by its lease lapsing (NULL otherwise): a lapse that
+-- PostgreSQL's restart explains (it expired before the server had been up for two leases) is
+-- recorded with database_restarted and not counted. `error` and `counted`: a database error's
+-- line and whether it counts (database_error only: an outage is the server's failure, not the
+-- run's; it never makes the run a suspect, its process did not die).
+CREATE OR REPLACE FUNCTION nightshift_failed_attempt(
+    run runs, kind text, failed boolean, lapsed_at timestamptz, lease_seconds float8,
+    error text, counted boolean,
+    OUT failed_attempts integer, OUT failures jsonb, OUT failed_step integer)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    restarted boolean := coalesce(lapsed_at < now() AND lapsed_at < pg_postmaster_start_time()
+                                  + make_interval(secs => 2 * lease_seconds), false);
+    -- The first failure of a step counts whatever its cause: the run becomes a suspect.
+    first_failure boolean := run.failed_step IS DISTINCT FROM run.step
+                             OR run.failed_attempts = 0;
+    same_step boolean := run.failed_step IS NOT DISTINCT FROM run.step;
+    -- After the first, only what the run cannot share: its own time bound, or a loss while it
+    -- held its process's quarantine (its fence recorded there).
+    own boolean := coalesce(kind = 'time_limit' OR run.quarantine_fence = run.fence, false);
+    entry jsonb;
+BEGIN
+    failed_attempts := run.failed_attempts;
+    failures := run.failures;
+    failed_step := run.failed_step;
+    IF NOT failed THEN
+        RETURN;
+    END IF;
+    IF kind = 'database_error' THEN
+        entry := jsonb_build_object('kind', kind, 'worker', run.lease_owner, 'counted', counted,
+                                    'error', error, 'database_restarted', false, 'at', now());
+        failed_attempts := CASE WHEN NOT same_step THEN CASE WHEN counted THEN 1 ELSE 0 END
+                                WHEN counted THEN run.failed_attempts + 1
+                                ELSE run.failed_attempts END;
+    ELSE
+        entry := jsonb_build_object('kind', kind, 'worker', run.lease_owner,
+                                    'counted', NOT restarted AND (first_failure OR own),
+                                    'database_restarted', restarted, 'at', now());
+        failed_attempts := CASE WHEN restarted AND same_step THEN run.failed_attempts
+                                WHEN restarted THEN 0
+                                WHEN first_failure THEN 1
+                                WHEN own THEN run.failed_attempts + 1
+                                ELSE run.failed_attempts END;
+    END IF;
+    failures := CASE WHEN same_step THEN run.failures || jsonb_build_array(entry)
+                     ELSE jsonb_build_array(entry) END;
+    failed_step := run.step;
+END $$;
+
 DROP TRIGGER IF EXISTS run_created_event ON runs;
 CREATE TRIGGER run_created_event AFTER INSERT ON runs
     FOR EACH ROW EXECUTE FUNCTION nightshift_run_event('created');

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
+import pipeline.statements as statements
 from models import Action, ActionState, Run, RunStatus
 from pipeline.db import after_commit
 from pipeline.engine.dispatch import COUNTED, NewAction, cap_refusal
@@ -102,43 +102,21 @@ def record_txn(session: Session, new: NewAction) -> ActionView:
     approval). Refused (PermanentError) past the run's cap for the service."""
     check_cap_txn(session, new)
     values = {
+        "key": new.key,
         "run_id": new.run_id,
         "tool_use_id": new.tool_use_id,
         "tool": new.tool,
         "service": new.service,
-        "args": new.args,
+        "args": statements.jsonb(new.args),
         "args_hash": arguments_hash(new.args),
         "state": new.first_state,
         "requires_approval": new.requires_approval,
-        "approvers": list(new.approvers),
+        "approvers": statements.jsonb(list(new.approvers)),
     }
-    inserted = session.execute(
-        insert(Action)
-        .values(idempotency_key=new.key, **values)
-        .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        .returning(Action.id)
-    ).scalar_one_or_none()
-    taken_over = None
-    if inserted is None:
-        taken_over = session.execute(
-            update(Action)
-            .where(Action.idempotency_key == new.key, Action.state.in_(_FREE))
-            .values(
-                **values,
-                attempts=0,
-                first_attempt_at=None,
-                last_attempt_at=None,
-                result=None,
-                error=None,
-                resolution=None,
-                decision=None,
-                decided_by=None,
-                decided_at=None,
-                note=None,
-            )
-            .returning(Action.id)
-        ).scalar_one_or_none()
-    if inserted is not None or taken_over is not None:
+    recorded = statements.first(session, "record_action", id=uuid.uuid4(), **values)
+    if recorded is None:  # released or withdrawn: this run takes it over
+        recorded = statements.first(session, "take_over_action", **values)
+    if recorded is not None:
         after_commit(session, instruments.ACTIONS.labels(new.first_state.value).inc)
     return view_txn(session, new.key)
 
@@ -200,26 +178,15 @@ def set_state_txn(
 ) -> None:
     """Move this run's action to `new`; StatusConflict if it is not this run's, or not in a
     state that can become `new`."""
-    values: dict[str, Any] = {"state": new}
-    if attempted:
-        values |= {
-            "attempts": Action.attempts + 1,
-            "first_attempt_at": func.coalesce(Action.first_attempt_at, func.now()),
-            "last_attempt_at": func.now(),
-        }
-    if error is not None:
-        values["error"] = error
-    if resolution is not None:
-        values["resolution"] = resolution
-    changed = session.execute(
-        update(Action)
-        .where(
-            Action.idempotency_key == key,
-            Action.run_id == run_id,
-            Action.state.in_(ActionState.sources_of(new)),
-        )
-        .values(**values)
-    ).rowcount  # type: ignore[attr-defined]
+    changed = statements.execute(
+        session, "action_state", key=key, run_id=run_id, state=new,
+        sources=list(ActionState.sources_of(new)), attempted=attempted, error=error,
+        resolution=resolution,
+    )  # fmt: skip
+    _changed(session, key, new, changed)
+
+
+def _changed(session: Session, key: str, new: ActionState, changed: int) -> None:
     if not changed:
         raise StatusConflict(
             f"action {key!r} cannot become {new}: it is not this run's, or not in a state that can"
@@ -235,8 +202,12 @@ def transition(lease: Lease, key: str, new: ActionState, resolution: str | None)
 def confirm_txn(
     session: Session, run_id: uuid.UUID, key: str, result: dict[str, Any], resolution: str | None
 ) -> None:
-    set_state_txn(session, run_id, key, ActionState.CONFIRMED, resolution=resolution)
-    session.execute(update(Action).where(Action.idempotency_key == key).values(result=result))
+    confirmed = ActionState.CONFIRMED
+    changed = statements.execute(
+        session, "confirm_action", key=key, run_id=run_id, result=statements.jsonb(result),
+        resolution=resolution, sources=list(ActionState.sources_of(confirmed)),
+    )  # fmt: skip
+    _changed(session, key, confirmed, changed)
 
 
 def confirm(lease: Lease, key: str, result: ToolOutput, resolution: str) -> None:
@@ -248,21 +219,17 @@ def as_result(output: ToolOutput) -> dict[str, Any]:
     return output if isinstance(output, dict) else {"text": str(output)}
 
 
-_SET_LEASE = text(
-    "UPDATE runs SET lease_expires_at = now() + make_interval(secs => :secs) "
-    "WHERE id = :run_id AND fence = :fence"
-)
-
-
 def set_lease_txn(session: Session, lease: Lease, seconds: float) -> None:
     """The lease ends `seconds` from now: a send's window before it (committed, so that a
     takeover waits for the send even if this session ends), one lease again after it."""
-    session.execute(_SET_LEASE, {"secs": seconds, "run_id": lease.run_id, "fence": lease.fence})
+    statements.execute(
+        session, "set_lease", run_id=lease.run_id, fence=lease.fence, seconds=seconds
+    )
 
 
 def hold_run_during_send_txn(session: Session, window_seconds: float) -> None:
     """Keep the run's row locked for the send (a takeover waits for the reply), and let
     PostgreSQL end this session should it stay idle past the send's window (a frozen process
     then keeps no row locked past its lease)."""
-    timeout_ms = int(window_seconds * 1000)
-    session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {timeout_ms}"))
+    milliseconds = str(int(window_seconds * 1000))
+    statements.first(session, "hold_run_during_send", milliseconds=milliseconds)

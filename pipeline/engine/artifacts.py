@@ -9,28 +9,16 @@ from the database; nothing is kept on a worker's disk.
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, text
 from sqlalchemy.orm import Session
 
-from models import Artifact, artifact_url
+import pipeline.statements as statements
+from models import artifact_url
 from pipeline.db import transaction
 from pipeline.errors import ArtifactTooLarge
-
-_NEXT_ID = text("SELECT nextval(pg_get_serial_sequence('artifacts', 'id'))")
-# Merge into state.artifacts without rewriting the rest of the run's state.
-_ADD_REF = text(
-    """
-    UPDATE runs
-       SET state = jsonb_set(state, '{artifacts}',
-                             coalesce(state->'artifacts', '{}'::jsonb) || CAST(:ref AS jsonb))
-     WHERE id = :run_id
-    """
-)
 
 
 @dataclass(frozen=True)
@@ -48,7 +36,9 @@ def next_id() -> int:
     """An artifact's id, taken before the fenced transaction (whose fence check must be its
     first statement; an id a crash leaves unused is only a gap)."""
     with transaction() as session:
-        return int(session.execute(_NEXT_ID).scalar_one())
+        row = statements.first(session, "next_artifact_id")
+        assert row is not None
+        return int(row.id)
 
 
 def prepare(
@@ -81,18 +71,11 @@ def store_txn(session: Session, pending: Pending) -> None:
     """Insert the artifact and name it in the run's state.artifacts, in the caller's
     (fenced) transaction."""
     ref = pending.ref
-    session.execute(
-        insert(Artifact).values(
-            id=ref["id"],
-            run_id=pending.run_id,
-            name=ref["name"],
-            sha256=ref["sha256"],
-            size=ref["size"],
-            media_type=pending.media_type,
-            content=pending.data,
-        )
-    )
-    session.execute(_ADD_REF, {"run_id": pending.run_id, "ref": json.dumps({ref["name"]: ref})})
+    statements.execute(
+        session, "store_artifact", id=ref["id"], run_id=pending.run_id, name=ref["name"],
+        sha256=ref["sha256"], size=ref["size"], media_type=pending.media_type,
+        content=pending.data, ref=statements.jsonb({ref["name"]: ref}),
+    )  # fmt: skip
 
 
 def preview(content: str, ref: dict[str, Any], limit: int = 400) -> str:

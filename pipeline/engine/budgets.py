@@ -17,12 +17,11 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
-from models import Alert, Batch, BatchStatus, Run, RunStatus
+import pipeline.statements as statements
+from models import Alert, BatchStatus
 from pipeline.logs import get_logger
 from pipeline.runs import fanout, notifications
 from pipeline.runs.obligations import settle_actions_of_ended_txn
@@ -32,7 +31,7 @@ log = get_logger("nightshift.budgets")
 
 ONE_DAY = timedelta(days=1)
 """A night runs from noon to noon in NIGHTSHIFT_NIGHT_TIMEZONE and is named by its first day
-(queries.sql's `limits` statement finds a run's night the same way)."""
+(step.sql's `limits` statement finds a run's night the same way)."""
 NIGHT_WARNING = "nightly_budget_warning"
 NIGHT_STOPPED = fanout.NIGHTLY_CAP
 BATCH_STOPPED = fanout.BATCH_CAP
@@ -85,7 +84,7 @@ class Spend:
 
 
 def spend_of(row: Any) -> Spend:
-    """The spend from a row of queries.sql's `limits` statement (which sums the batch's and the
+    """The spend from a row of step.sql's `limits` statement (which sums the batch's and the
     night's only when they have a cap)."""
     night = None
     if row.night is not None:
@@ -186,7 +185,8 @@ def stop_batch_txn(
 ) -> NewAlert | None:
     """Stop the rest of the batch: running children see it at their next check, parked ones
     are cancelled here. Returns the alert if this call was the one that raised it."""
-    _stop_batches_txn(session, Batch.id == batch_id, reason, message)
+    stopped = statements.rows(session, "stop_batch", batch_id=batch_id, reason=reason)
+    _fail_parked_children_txn(session, [row.id for row in stopped], reason, message)
     return raise_alert_txn(session, settings, f"budget_{reason}", f"batch:{batch_id}", message)
 
 
@@ -195,35 +195,23 @@ def stop_night_txn(
 ) -> NewAlert | None:
     """Stop every running batch of the night, with one alert for the night."""
     starts, ends = night_window(settings, date.fromisoformat(night.name))
-    in_night = (Batch.created_at >= starts) & (Batch.created_at < ends)
-    _stop_batches_txn(session, in_night, NIGHT_STOPPED, message)
+    stopped = statements.rows(
+        session, "stop_night_batches", starts=starts, ends=ends, reason=NIGHT_STOPPED
+    )
+    _fail_parked_children_txn(session, [row.id for row in stopped], NIGHT_STOPPED, message)
     return raise_alert_txn(session, settings, NIGHT_STOPPED, night.subject, message)
 
 
-def _stop_batches_txn(
-    session: Session, which: ColumnElement[bool], reason: str, message: str
+def _fail_parked_children_txn(
+    session: Session, batch_ids: list[str], reason: str, message: str
 ) -> None:
-    stopped = session.scalars(
-        update(Batch)
-        .where(which, Batch.status == BatchStatus.RUNNING)
-        .values(status=BatchStatus.STOPPED, stop_reason=reason, finished_at=func.now())
-        .returning(Batch.id)
-    ).all()
-    if not stopped:
+    """The stopped batches' parked children end here; the running ones at their next check."""
+    if not batch_ids:
         return
-    parked = session.scalars(
-        update(Run)
-        .where(Run.batch_id.in_(stopped), Run.status.in_(RunStatus.parked()))
-        .values(
-            status=RunStatus.FAILED,
-            stop_reason=reason,
-            finished_at=func.now(),
-            wake_at=None,
-            error=message,
-        )
-        .returning(Run.id)
-    ).all()
-    settle_actions_of_ended_txn(session, parked, reason)
+    parked = statements.rows(
+        session, "fail_parked_children", batch_ids=batch_ids, reason=reason, message=message
+    )
+    settle_actions_of_ended_txn(session, [row.id for row in parked], reason)
 
 
 def raise_alert_txn(

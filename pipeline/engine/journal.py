@@ -8,22 +8,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
-from models import JournalEntry
+import pipeline.statements as statements
 from pipeline.agent_definition import Agent, Block, Message
 from pipeline.errors import NonDeterminism
 from pipeline.keys import cut_key, model_key, note_key, tool_key
-
-_JOURNAL = JournalEntry.__table__.c
-_PAYLOAD = bindparam("payload", type_=_JOURNAL.payload.type)
-_APPEND = text(
-    """
-    INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
-    VALUES (:run_id, :key, :step, :step_name, :payload, false)
-    """
-).bindparams(_PAYLOAD)
 
 MODEL_STEP = "ask_model"
 CUT_STEP = "cut_off"
@@ -121,7 +111,7 @@ class Journal:
     @staticmethod
     def seen(run_id: uuid.UUID) -> Seen:
         """What this process has read of the run's journal: a step's claim reads only what is
-        newer (queries.sql's journal_since, after `last_id`)."""
+        newer (step.sql's journal_since, after `last_id`)."""
         return _CACHE.get(run_id)
 
     @classmethod
@@ -160,8 +150,10 @@ class Journal:
         self, session: Session, key: str, step: int, step_name: str, payload: dict[str, Any]
     ) -> None:
         """Insert inside the caller's fenced transaction; remembered once that commits."""
-        values = {"key": key, "step": step, "step_name": step_name, "payload": payload}
-        session.execute(_APPEND, {"run_id": self.run_id, **values})
+        statements.execute(
+            session, "journal_append", run_id=self.run_id, key=key, step=step,
+            step_name=step_name, payload=statements.jsonb(payload),
+        )  # fmt: skip
         self.remember(key, step, step_name, payload)
 
     def defer(self, key: str, step: int, step_name: str, payload: dict[str, Any]) -> None:

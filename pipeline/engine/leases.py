@@ -12,10 +12,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, Row, text
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
+import pipeline.statements as statements
 from pipeline.db import transaction
 from pipeline.engine import step_sql
 from pipeline.engine.holders import is_certainly_gone
@@ -34,13 +35,6 @@ class Lease:
     run_id: uuid.UUID
     fence: int
     owner: str
-
-
-RELEASED = {"lease_owner": None, "lease_expires_at": None}
-"""Giving up the lease, in the same UPDATE that checkpoints, parks or finishes the run: the
-next step's message may claim at once."""
-
-_GUARD = text("UPDATE runs SET updated_at = now() WHERE id = :run_id AND fence = :fence")
 
 
 def take(
@@ -105,21 +99,17 @@ def renew_held(leases: Mapping[Lease, float]) -> tuple[set[Lease], set[Lease]]:
 
 def guard_txn(session: Session, lease: Lease) -> None:
     """First statement of every fenced transaction: locks the run row and checks the fence."""
-    result = session.execute(_GUARD, {"run_id": lease.run_id, "fence": lease.fence})
-    if not result.rowcount:  # type: ignore[attr-defined]
+    if not statements.execute(session, "fence_guard", run_id=lease.run_id, fence=lease.fence):
         raise LeaseLost(f"run {lease.run_id}: fence {lease.fence} is no longer current")
 
 
-def fenced_first_txn(
-    session: Session, lease: Lease, statement: Executable, values: dict[str, Any]
-) -> Row[Any]:
-    """The fence check inside the write itself, as the first statement of a transaction:
-    `statement` updates the run's row `WHERE id = :run_id AND fence = :fence` (locking it, as
-    guard_txn's UPDATE does), directly or in a CTE, and returns a row; none raises LeaseLost
-    and the transaction rolls back. One round trip where guard_txn and the write take two."""
-    row = session.execute(
-        statement, {**values, "run_id": lease.run_id, "fence": lease.fence}
-    ).first()
+def fenced_first_txn(session: Session, lease: Lease, name: str, **params: Any) -> Row[Any]:
+    """The fence check inside the write itself, as the first statement of a transaction: the
+    named statement updates the run's row `WHERE id = %(run_id)s AND fence = %(fence)s`
+    (locking it, as guard_txn's UPDATE does), directly or in a CTE, and returns a row; none
+    raises LeaseLost and the transaction rolls back. One round trip where guard_txn and the
+    write take two."""
+    row = statements.first(session, name, run_id=lease.run_id, fence=lease.fence, **params)
     if row is None:
         raise LeaseLost(f"run {lease.run_id}: fence {lease.fence} is no longer current")
     return row

@@ -26,7 +26,7 @@ class Limits:
 
 
 def limits_of(row: Any) -> Limits:
-    """The limits from a row of queries.sql's `limits` statement."""
+    """The limits from a row of step.sql's `limits` statement."""
     spend = budgets.spend_of(row)
     return Limits(row.cancel_requested, row.cancel_requested_by, row.past_deadline, spend)
 

@@ -18,12 +18,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import text, update
-
-from models import Run
+import pipeline.statements as statements
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
-from pipeline.engine.leases import RELEASED, Lease, fenced, fenced_first_txn
+from pipeline.engine.leases import Lease, fenced, fenced_first_txn
 from pipeline.logs import get_logger
 from pipeline.runs.failed_attempts import StepFailures
 
@@ -57,11 +55,6 @@ class _Quarantine:
 _QUARANTINE = _Quarantine()
 
 
-_ENTER = text(
-    "UPDATE runs SET quarantine_fence = fence WHERE id = :run_id AND fence = :fence RETURNING id"
-)
-
-
 @contextmanager
 def admitted(lease: Lease, step: int, failures: StepFailures, wait: float) -> Iterator[bool]:
     """Run a suspect step in this process's quarantine, any other at once: True once it may
@@ -76,7 +69,7 @@ def admitted(lease: Lease, step: int, failures: StepFailures, wait: float) -> It
         return
     try:
         with transaction() as session:
-            fenced_first_txn(session, lease, _ENTER, {})
+            fenced_first_txn(session, lease, "enter_quarantine")
         log.warning("step %d failed before (%d attempt(s) counted); running it in quarantine",
                     step, failures.count)  # fmt: skip
         yield True
@@ -94,7 +87,7 @@ def give_up(run_id: uuid.UUID, owner: str) -> None:
 def hand_on(lease: Lease, agent: str, step: int, batch_id: str | None) -> None:
     """Give the lease up and send the step again: its turn in quarantine did not come."""
     with fenced(lease) as session:
-        session.execute(update(Run).where(Run.id == lease.run_id).values(**RELEASED))
+        statements.execute(session, "release_lease", run_id=lease.run_id, fence=lease.fence)
         send_step_after_commit(session, lease.run_id, agent=agent, step=step, batch=batch_id)
     log.info("the quarantine stayed busy; handed the step on")
 

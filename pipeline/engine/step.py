@@ -14,33 +14,20 @@ from functools import partial
 from typing import Any
 
 import psycopg
-from sqlalchemy import (
-    DateTime,
-    case,
-    cast,
-    func,
-    literal,
-    update,
-)
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
-from models import Run, RunStatus
+import pipeline.statements as statements
+from models import RunStatus
 from pipeline.agent_definition import Agent, Conversation
 from pipeline.app import send_step, send_step_after_commit
 from pipeline.crash import crash_point
 from pipeline.engine import dispatch, quarantine, step_sql, stops
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import ParkRun
-from pipeline.engine.leases import (
-    RELEASED,
-    Heartbeat,
-    Lease,
-    fenced,
-    take,
-)
+from pipeline.engine.leases import Heartbeat, Lease, fenced, take
 from pipeline.engine.limits import (
     Limits,
     alert_for,
@@ -51,7 +38,6 @@ from pipeline.engine.limits import (
 )
 from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.outage import ModelCall
-from pipeline.engine.run_rows import FINISH
 from pipeline.engine.step_sql import Claimed
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
 from pipeline.engine.usage import Usage
@@ -70,7 +56,7 @@ from pipeline.keys import cut_key, model_key, note_key
 from pipeline.logs import get_logger, step_context
 from pipeline.registry import get_agent
 from pipeline.runs import fanout, notifications
-from pipeline.runs.failed_attempts import ENDED_CLEANLY, StepFailures
+from pipeline.runs.failed_attempts import StepFailures
 from pipeline.runs.obligations import settle_actions_of_ended_txn
 from pipeline.runs.waits import is_settled_txn
 from pipeline.settings import Settings, get_settings
@@ -265,7 +251,7 @@ class StepRunner:
             error = f"unknown agent on this worker ({self.lease.owner}): {exc}"
             return self._finish(run, RunStatus.FAILED, "unknown_agent", error=error)
         with fenced(self.lease) as session:
-            session.execute(update(Run).where(Run.id == run.id).values(**RELEASED))
+            statements.execute(session, "release_lease", run_id=run.id, fence=self.lease.fence)
         log.warning(
             "agent %r is not registered here; leaving the step to another worker", run.agent
         )
@@ -417,40 +403,23 @@ class StepRunner:
     def _park(self, run: RunSnapshot, park: ParkRun) -> StepResult:
         """Leave the run waiting with no lease and no message; this step is replayed later."""
         crash_point("before_park")
+        fence = self.lease.fence
         with fenced(self.lease) as session:
             # After the fence guard locked the run row: a decision that commits later has its
             # wake wait for that lock and then find the run parked, so one of the two moves it.
             if is_settled_txn(session, park.waiting_on):
                 # Decided after this step recorded the action and before this park; its wake
                 # found the run still running. Replay the step instead of waiting.
-                session.execute(
-                    update(Run).where(Run.id == run.id).values(**RELEASED, **ENDED_CLEANLY)
-                )
+                statements.execute(session, "release_to_replay", run_id=run.id, fence=fence)
                 self._send_next(session, run, run.step)
                 log.info("%s was decided before the run parked; replaying", park.waiting_on)
                 return StepResult(StepOutcome.CONTINUE, run.id)
             code, why = park.reason or (None, None)
-            parked = session.execute(
-                update(Run)
-                .where(Run.id == run.id, Run.status == RunStatus.RUNNING)
-                .values(
-                    # A cancel that arrived during this step wins over waiting.
-                    status=case(
-                        (Run.cancel_requested, RunStatus.CANCELLED.value), else_=park.status.value
-                    ),
-                    stop_reason=case((Run.cancel_requested, "cancelled"), else_=code),
-                    error=case((Run.cancel_requested, None), else_=why),
-                    finished_at=case((Run.cancel_requested, func.now()), else_=None),
-                    waiting_on=park.waiting_on,
-                    wake_at=case(
-                        (Run.cancel_requested, None),
-                        else_=cast(literal(park.wake_at), DateTime(timezone=True)),
-                    ),
-                    **RELEASED,
-                    **ENDED_CLEANLY,
-                )
-                .returning(Run.status)
-            ).scalar_one_or_none()
+            row = statements.first(
+                session, "park", run_id=run.id, fence=fence, status=park.status, reason=code,
+                error=why, waiting_on=park.waiting_on, wake_at=park.wake_at,
+            )  # fmt: skip
+            parked = RunStatus(row.status) if row is not None else None
             if parked is RunStatus.CANCELLED:
                 settle_actions_of_ended_txn(session, [run.id], "cancelled")
             notifications.dispatch_new_txn(session)  # a wait for a person may be worth telling
@@ -469,18 +438,12 @@ class StepRunner:
     ) -> StepResult:
         steps_done = 1 if reply is not None else 0
         with fenced(self.lease) as session:
-            values = {
-                "run_id": run.id,
-                "sources": RunStatus.sources_of(status),
-                "status": status,
-                "reason": reason,
-                "result": result,
-                "error": error,
-                "steps_done": steps_done,
-                "terminal": status.is_terminal(),
-                **self.usage.amounts(),
-            }
-            changed = session.execute(FINISH, values).rowcount  # type: ignore[attr-defined]
+            changed = statements.execute(
+                session, "finish", run_id=run.id, fence=self.lease.fence,
+                sources=list(RunStatus.sources_of(status)), status=status, reason=reason,
+                result=statements.jsonb(result), error=error, steps_done=steps_done,
+                terminal=status.is_terminal(), **self.usage.amounts(),
+            )  # fmt: skip
             if changed and status.is_terminal():
                 settle_actions_of_ended_txn(session, [run.id], reason)
                 # The batch's own end in the finish's transaction; its join once it committed.

@@ -1,9 +1,8 @@
-"""The statements every step runs (models/sql/queries.sql, by name), executed with psycopg on
-the pool's own connections (pipeline.db.pipelined): prepared, and each transaction's statements
-sent together, so that each transaction is one round trip to PostgreSQL: the
-claim with everything the step loads, the model reply with the limits read after it, a tool
-result that is not the step's last, and the checkpoint. Lease renewals, one statement a
-process, run here too. The ORM and Core serve everything else.
+"""The statements every step runs (models/sql/step.sql, by name), sent through
+pipeline/statements.py `pipelined`: each transaction's statements together, so that each
+transaction is one round trip to PostgreSQL: the claim with everything the step loads, the
+model reply with the limits read after it, a tool result that is not the step's last, and the
+checkpoint. Lease renewals, one statement a process, run here too.
 
 Every write carries the fence; a step whose fence is gone writes nothing, and learns it from
 the row that did not come back (the callers raise LeaseLost)."""
@@ -13,37 +12,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
-from models.sql import queries
-from pipeline.db import pipelined
 from pipeline.engine.budgets import NIGHT_STOPPED, NIGHT_WARNING
 from pipeline.engine.journal import Entry
-from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
 from pipeline.settings import Settings
-
-
-@cache
-def _statements() -> dict[str, str]:
-    found = dict(queries())
-    # A takeover's failed attempt, in the claim's own UPDATE (the row's values before it).
-    found["claim"] = found["claim"].format(
-        failed_attempt=failed_attempt_sets(
-            FailureKind.CRASHED_WORKER,
-            worker="prior.lease_owner",
-            fence="runs.fence",
-            when="prior.lease_owner IS NOT NULL",
-            lapsed=("prior.lease_expires_at", "%(lease)s"),
-        )
-    )
-    return found
-
-
-def _sql(name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    return _statements()[name], params
+from pipeline.statements import jsonb, pipelined
 
 
 @dataclass(frozen=True)
@@ -84,11 +58,11 @@ def claim(
     params = {"run_id": run_id, "owner": owner}
     took, closed, run, limits, entries = pipelined(
         [
-            _sql("claim", {**params, "lease": lease_seconds, "dead": dead}),
-            _sql("close_resumption", params),
-            _sql("load_run", params),
-            _sql("limits", limits_params(run_id, settings)),
-            _sql("journal_since", {"run_id": run_id, "last_id": last_entry}),
+            ("claim", {**params, "lease": lease_seconds, "dead": dead}),
+            ("close_resumption", params),
+            ("load_run", params),
+            ("limits", limits_params(run_id, settings)),
+            ("journal_since", {"run_id": run_id, "last_id": last_entry}),
         ]
     )
     if not took:
@@ -125,13 +99,13 @@ def _entry_params(
         "key": key,
         "step": step,
         "step_name": step_name,
-        "payload": Jsonb(payload),
+        "payload": jsonb(payload),
     }
 
 
 def read_limits(run_id: uuid.UUID, settings: Settings) -> Any:
     """The limits statement's row, as of now."""
-    (limits,) = pipelined([_sql("limits", limits_params(run_id, settings))])
+    (limits,) = pipelined([("limits", limits_params(run_id, settings))])
     return limits[0]
 
 
@@ -148,8 +122,8 @@ def journal_reply(
     row, or None when the fence is gone (nothing was written)."""
     appended, limits = pipelined(
         [
-            _sql("journal_fenced", _entry_params(run_id, fence, key, step, step_name, payload)),
-            _sql("limits", limits_params(run_id, settings)),
+            ("journal_fenced", _entry_params(run_id, fence, key, step, step_name, payload)),
+            ("limits", limits_params(run_id, settings)),
         ]
     )
     return limits[0] if appended else None
@@ -160,7 +134,7 @@ def journal_entry(
 ) -> bool:
     """Journal one entry if the fence is current; False when it is gone (nothing written)."""
     params = _entry_params(run_id, fence, key, step, step_name, payload)
-    (appended,) = pipelined([_sql("journal_fenced", params)])
+    (appended,) = pipelined([("journal_fenced", params)])
     return bool(appended)
 
 
@@ -182,9 +156,9 @@ def checkpoint(
         "keys": [entry.key for entry in entries],
         "steps": [entry.step for entry in entries],
         "step_names": [entry.step_name for entry in entries],
-        "payloads": [Jsonb(entry.payload) for entry in entries],
+        "payloads": [jsonb(entry.payload) for entry in entries],
     }
-    (checkpointed,) = pipelined([_sql("checkpoint", params)])
+    (checkpointed,) = pipelined([("checkpoint", params)])
     return float(checkpointed[0].handed_off) if checkpointed else None
 
 
@@ -194,5 +168,5 @@ def renew_leases(
     """Extend each lease, skipping rows another transaction holds: rows (id, fence, renewed)
     for each lease still its holder's."""
     params = {"ids": ids, "fences": fences, "owners": owners, "leases": seconds}
-    (renewed,) = pipelined([_sql("renew_leases", params)])
+    (renewed,) = pipelined([("renew_leases", params)])
     return renewed

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+import pipeline.statements as statements
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.engine import quarantine
@@ -32,7 +32,7 @@ from pipeline.engine.step import StepOutcome, StepResult, execute_step
 from pipeline.errors import StepTimeUp, Stuck, redact_urls
 from pipeline.logs import get_logger
 from pipeline.reachability import DATABASE
-from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
+from pipeline.runs.failed_attempts import FailureKind
 from pipeline.settings import STEP_GIVE_UP_SECONDS, Settings
 
 T = TypeVar("T")
@@ -40,31 +40,6 @@ log = get_logger("nightshift.engine")
 
 STUCK_AFTER_SECONDS = 1.0
 """Past the bound, how long a step may take to stop itself before it counts as stuck."""
-
-# Giving the step up is a failed attempt of it (pipeline/runs/failed_attempts.py): a step that
-# always overruns (or always fails on a database error) ends with that reason once its agent's
-# max_step_attempts are used.
-_GIVE_UP = """
-    UPDATE runs
-       SET fence = fence + 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
-           {failed}
-     WHERE id = :run_id AND lease_owner = :owner AND status = 'running'
-    RETURNING agent, step, batch_id
-    """
-_GIVE_UP_FOR = {
-    kind: text(
-        _GIVE_UP.format(
-            failed=failed_attempt_sets(
-                kind,
-                worker="lease_owner",
-                fence="fence",
-                error="CAST(:error AS text)",
-                counted="CAST(:counted AS boolean)",
-            )
-        )
-    )
-    for kind in (FailureKind.TIME_LIMIT, FailureKind.DATABASE_ERROR)
-}
 
 
 def execute_bounded_step(
@@ -228,9 +203,14 @@ def give_up(
     lock_ms = int((lease_seconds + STEP_GIVE_UP_SECONDS) * 1000)
     try:
         with transaction() as session:
-            session.execute(text(f"SET LOCAL lock_timeout = {lock_ms}"))
-            params = {"run_id": run_id, "owner": owner, "error": error, "counted": counted}
-            row = session.execute(_GIVE_UP_FOR[kind], params).one_or_none()
+            statements.first(session, "lock_timeout", milliseconds=str(lock_ms))
+            # A failed attempt of the step (pipeline/runs/failed_attempts.py): a step that
+            # always overruns (or always fails on a database error) ends with that reason once
+            # its agent's max_step_attempts are used.
+            row = statements.first(
+                session, "give_up_step", run_id=run_id, owner=owner, kind=kind, error=error,
+                counted=counted,
+            )  # fmt: skip
             if row is not None:
                 send_step_after_commit(
                     session, run_id, agent=row.agent, step=row.step, batch=row.batch_id

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import update
-
 import pipeline.instruments as instruments
-from models import Run, RunEvent, RunStatus
+import pipeline.statements as statements
+from models import RunStatus
 from pipeline.agent_definition import Agent
 from pipeline.db import after_commit
 from pipeline.engine.actions import ParkRun
@@ -84,9 +83,9 @@ def _record(lease: Lease, agent: str, previous: str | None, version: str, *, cou
     """The run's current version on its row, and each change as an event of its feed: the
     row says "started under X, now running under Y", the feed every version in between."""
     with fenced(lease) as session:
-        session.execute(update(Run).where(Run.id == lease.run_id).values(running_version=version))
-        if previous is not None:
-            data = {"from": previous, "to": version}
-            session.add(RunEvent(run_id=lease.run_id, kind="version", data=data))
+        statements.execute(
+            session, "record_running_version", run_id=lease.run_id, fence=lease.fence,
+            version=version, previous=previous,
+        )  # fmt: skip
         if counted:
             after_commit(session, instruments.VERSION_CHANGES.labels(agent).inc)

@@ -3,10 +3,11 @@ kills its worker, or always overruns its time bound) stops instead of being re-s
 
 An attempt fails when it is taken from its holder without a checkpoint: the tick finds its
 lease expired, a claim takes over an expired lease or one whose process is gone, or the time
-bound gives the step up. Each is recorded in the same UPDATE that takes the run over
-(`failed_attempt_sets`), under `runs.failed_step`; a step that checkpoints leaves them behind
-(they count only while `runs.step = failed_step`), and one that parks ends the row of them
-(`ENDED_CLEANLY`).
+bound gives the step up. Each is recorded in the same statement that takes the run over
+(models/sql/: the claim, take_orphans, give_up_step), by one function,
+`nightshift_failed_attempt` (models/sql/schema.sql), under `runs.failed_step`; a step that
+checkpoints leaves them behind (they count only while `runs.step = failed_step`), and one that
+parks ends the row of them (`failed_attempts = 0` in runs.sql's park and release_to_replay).
 
 What counts towards the agent's `max_step_attempts`, so that the innocent runs that shared a
 killed process with a poison run are not failed because of it: a step's first failure always
@@ -43,86 +44,6 @@ class FailureKind(StrEnum):
     DATABASE_ERROR = "database_error"
     """A statement of the step failed in PostgreSQL (or in a pooler in front of it); its worker
     went on and handed the run to another attempt."""
-
-
-def failed_attempt_sets(
-    kind: FailureKind,
-    *,
-    worker: str,
-    fence: str,
-    when: str = "true",
-    lapsed: tuple[str, str] | None = None,
-    error: str = "NULL",
-    counted: str = "true",
-) -> str:
-    """SET clauses for an `UPDATE runs` that takes the run from an attempt that failed.
-
-    `worker` and `fence` are SQL for the failed attempt's holder and fence (the row's own
-    `lease_owner` and `fence` before the UPDATE, or parameters); `when` is SQL for whether this
-    row's attempt failed at all (the tick also hands on runs that merely lost their message);
-    `lapsed`, SQL for when the attempt's lease expired and for a lease's length in seconds,
-    when the attempt may have failed by its lease lapsing (a PostgreSQL restart excuses it);
-    `error` and `counted`, SQL for a database error's line and whether it counts
-    (DATABASE_ERROR only).
-    Every expression reads the row as it was before the UPDATE, as SET clauses do.
-    """
-    if kind is FailureKind.DATABASE_ERROR:
-        return _database_error_sets(worker, error, counted)
-    restarted = "false"
-    if lapsed is not None:
-        expired, lease = lapsed
-        restarted = (
-            f"coalesce({expired} < now() AND {expired} < pg_postmaster_start_time()"
-            f" + make_interval(secs => 2 * {lease}), false)"
-        )
-    counted = "true" if kind is FailureKind.TIME_LIMIT else f"quarantine_fence = {fence}"
-    counted = f"coalesce({counted}, false)"
-    # The first failure of a step counts whatever its cause: the run becomes a suspect.
-    first = "(failed_step IS DISTINCT FROM step OR failed_attempts = 0)"
-    same_step = "failed_step IS NOT DISTINCT FROM step"
-    entry = (
-        f"jsonb_build_object('kind', '{kind.value}', 'worker', {worker}, "
-        f"'counted', NOT {restarted} AND ({first} OR {counted}), "
-        f"'database_restarted', {restarted}, 'at', now())"
-    )
-    return f"""
-       failed_attempts = CASE WHEN NOT ({when}) THEN failed_attempts
-                              WHEN {restarted} AND {same_step} THEN failed_attempts
-                              WHEN {restarted} THEN 0
-                              WHEN {first} THEN 1
-                              WHEN {counted} THEN failed_attempts + 1
-                              ELSE failed_attempts END,
-       failures = CASE WHEN NOT ({when}) THEN failures
-                       WHEN NOT ({same_step}) THEN jsonb_build_array({entry})
-                       ELSE failures || jsonb_build_array({entry}) END,
-       failed_step = CASE WHEN NOT ({when}) THEN failed_step ELSE step END"""
-
-
-def _database_error_sets(worker: str, error: str, counted: str) -> str:
-    """A database error counts (SQL `counted`) unless it says PostgreSQL went away: an outage is
-    the server's failure, not the run's, while a statement that always fails on this run's data
-    stops it after max_step_attempts. It never makes the run a suspect: its process did not
-    die, so quarantine has nothing to tell apart (StepFailures.suspect)."""
-    same_step = "failed_step IS NOT DISTINCT FROM step"
-    entry = (
-        f"jsonb_build_object('kind', '{FailureKind.DATABASE_ERROR.value}', 'worker', {worker}, "
-        f"'counted', {counted}, 'error', {error}, 'database_restarted', false, 'at', now())"
-    )
-    first = f"CASE WHEN {counted} THEN 1 ELSE 0 END"
-    return f"""
-       failed_attempts = CASE WHEN NOT ({same_step}) THEN {first}
-                              WHEN {counted} THEN failed_attempts + 1
-                              ELSE failed_attempts END,
-       failures = CASE WHEN NOT ({same_step}) THEN jsonb_build_array({entry})
-                       ELSE failures || jsonb_build_array({entry}) END,
-       failed_step = step"""
-
-
-ENDED_CLEANLY = {"failed_attempts": 0}
-"""What an attempt that ends well without moving the run to its next step (it parks on an
-approval or a timer, or replays its step at once) writes with its release: the failures in a
-row are over. A step that waits on several approvals runs as several attempts of one step, and
-a lapse before each must not add up to a poison run's count. The entries stay, for `show`."""
 
 
 @dataclass(frozen=True)

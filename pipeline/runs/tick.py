@@ -16,68 +16,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import Row
 
+import pipeline.statements as statements
 from pipeline.app import queued_since, send_step_after_commit
 from pipeline.db import transaction
 from pipeline.logs import get_logger
 from pipeline.reachability import BROKER
 from pipeline.runs import fanout
 from pipeline.runs.expiry import expire_abandoned_txn, expire_model_waits_txn, expire_parked_txn
-from pipeline.runs.failed_attempts import FailureKind, failed_attempt_sets
 from pipeline.runs.notifications import dispatch_due_txn
 from pipeline.runs.outages import tend_outages_txn
 from pipeline.runs.waits import wake_due_timers_txn, wake_settled_txn
 from pipeline.settings import Settings, get_settings
 
 log = get_logger("nightshift.tick")
-
-# Orphans: running, and either the lease expired or there is none and nothing happened for a
-# while (a step hands off by clearing its lease; a message normally claims within the grace).
-# A run with no lease is re-sent only if it was handed off a grace before the oldest step
-# message still queued (:queued_since, that message's own hand-off: pipeline/app.py): the
-# queue is first in, first out, so a message sent before that one was taken already; one sent
-# after may still wait behind a night's backlog, and re-sending it would only add a duplicate
-# to the backlog. "Before" by a grace: updated_at is its transaction's start, and the message
-# goes after the commit, so under load two hand-offs reach the queue in the other order.
-# Each orphan also opens a `resumptions` row (at most one open per run), recording when the
-# run stopped moving; the claim that picks it up closes the row (pipeline/engine/leases.py).
-# An expired lease is also a failed attempt of the run's step (pipeline/runs/failed_attempts.py).
-_ORPHANS = text(
-    """
-    WITH picked AS (
-        SELECT id, lease_expires_at, updated_at FROM runs
-         WHERE status = 'running'
-           AND (lease_expires_at < now()
-                OR (lease_expires_at IS NULL
-                    AND updated_at < now() - make_interval(secs => :grace)
-                    AND updated_at < to_timestamp(:queued_since)
-                                     - make_interval(secs => :grace)))
-         ORDER BY updated_at
-         LIMIT :limit
-         FOR UPDATE SKIP LOCKED
-    ), lost AS (
-        INSERT INTO resumptions (run_id, cause, lost_at)
-        SELECT id,
-               CASE WHEN lease_expires_at IS NULL THEN 'no_message' ELSE 'lease_expired' END,
-               coalesce(lease_expires_at, updated_at)
-          FROM picked
-        ON CONFLICT (run_id) WHERE resumed_at IS NULL DO NOTHING
-    )
-    UPDATE runs SET lease_expires_at = NULL, lease_owner = NULL, updated_at = now(), {lost}
-      FROM picked WHERE runs.id = picked.id
-    RETURNING runs.id, runs.agent, runs.step, runs.batch_id,
-              picked.lease_expires_at IS NOT NULL AS lapsed
-    """.format(
-        lost=failed_attempt_sets(
-            FailureKind.CRASHED_WORKER,
-            worker="runs.lease_owner",
-            fence="runs.fence",
-            when="picked.lease_expires_at IS NOT NULL",
-            lapsed=("picked.lease_expires_at", ":lease"),
-        )
-    )
-)
 
 
 def _queued_since(settings: Settings) -> float:
@@ -108,15 +61,10 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
     with transaction() as session:
         grace = settings.handoff_grace_seconds
         queued = _queued_since(settings)
-        orphans = session.execute(
-            _ORPHANS,
-            {
-                "grace": grace,
-                "limit": limit,
-                "queued_since": queued,
-                "lease": settings.lease_seconds,
-            },
-        ).all()
+        orphans = statements.rows(
+            session, "take_orphans", grace=grace, limit=limit, queued_since=queued,
+            lease=settings.lease_seconds,
+        )  # fmt: skip
         # Only after the commit: a step that claims must see the rows as updated here.
         for row in orphans:
             send_step_after_commit(

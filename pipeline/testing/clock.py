@@ -9,15 +9,14 @@ from datetime import timedelta
 import psycopg
 from sqlalchemy.engine import make_url
 
-from models.sql import TESTING_FILE, queries
+import pipeline.statements as statements
 
 
 def move_forward(database_url: str, by: timedelta) -> None:
     """Make the database's recorded times `by` older, in one transaction."""
     if by <= timedelta(0):
         raise ValueError(f"the clock moves forward only (by {by})")
-    statements = queries(TESTING_FILE)
     url = make_url(database_url).set(drivername="postgresql")
     with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
-        conn.execute(statements["clock_moved_by"], {"by": f"{by.total_seconds()} seconds"})
-        conn.execute(statements["move_clock_back"])
+        statements.on_connection(conn, "clock_moved_by", by=f"{by.total_seconds()} seconds")
+        statements.on_connection(conn, "move_clock_back")

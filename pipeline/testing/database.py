@@ -25,7 +25,7 @@ from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
 import pipeline.embedded as embedded
-from models.sql import TESTING_FILE, queries
+import pipeline.statements as statements
 from pipeline.db import dispose
 from pipeline.settings import get_settings
 
@@ -52,7 +52,7 @@ class RunDatabase:
     def empty(self) -> None:
         """Back to the template's state, for the next run."""
         with _connect(self.url) as conn:
-            conn.execute(queries(TESTING_FILE)["empty_run_database"])
+            statements.on_connection(conn, "empty_run_database")
 
     def drop(self) -> None:
         dispose(self.url)

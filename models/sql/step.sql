@@ -1,8 +1,8 @@
 -- The statements every step runs, by name: the claim and what it loads, the journal writes,
--- the checkpoint and the lease renewal (pipeline/engine/step_sql.py runs them with psycopg on
--- the pool's own connections, prepared, each transaction's statements pipelined: sent
--- together and answered at its commit). Everything else is built with SQLAlchemy where it is
--- used. docs/internals.md follows one step through them.
+-- the checkpoint and the lease renewal (pipeline/engine/step_sql.py sends them through
+-- pipeline/statements.py's `pipelined`: each transaction's statements sent together and
+-- answered at its commit, one round trip). A step's other writes are in runs.sql, actions.sql
+-- and batches.sql. docs/internals.md follows one step through them.
 --
 -- Every write here carries the fence: it changes a run's row only `WHERE id = %(run_id)s AND
 -- fence = %(fence)s`, and whatever else it writes reads that UPDATE's RETURNING, so a step
@@ -13,10 +13,11 @@
 -- Take the run if it is runnable and nobody holds a live lease, or its holder is `dead` (a
 -- process this worker knows is gone; NULL: none). No row: a duplicate delivery, or another
 -- worker holds it. Taking it from a holder is a failed attempt of its step, recorded in the
--- same UPDATE ({failed_attempt}: pipeline/runs/failed_attempts.py's SET clauses, reading the
--- row as it was); a lapsed lease also records when the run stopped moving (`resumptions`),
--- unless the tick found it first (then the lease was already given up). FOR UPDATE returns
--- the row as it is once its lock is ours, so a tick that committed meanwhile is seen.
+-- same UPDATE (schema.sql's nightshift_failed_attempt, reading the row as it was: what counts
+-- is in pipeline/runs/failed_attempts.py); a lapsed lease also records when the run stopped
+-- moving (`resumptions`), unless the tick found it first (then the lease was already given
+-- up). FOR UPDATE returns the row as it is once its lock is ours, so a tick that committed
+-- meanwhile is seen.
 WITH prior AS (
     SELECT id, fence, lease_expires_at, lease_owner FROM runs
      WHERE id = %(run_id)s
@@ -35,7 +36,11 @@ UPDATE runs
        lease_expires_at = now() + make_interval(secs => %(lease)s),
        attempt = runs.attempt + 1,
        updated_at = now(),
-       {failed_attempt}
+       (failed_attempts, failures, failed_step) = (
+           SELECT * FROM nightshift_failed_attempt(runs, 'crashed_worker',
+                                                   prior.lease_owner IS NOT NULL,
+                                                   prior.lease_expires_at, %(lease)s,
+                                                   NULL, true))
   FROM prior
  WHERE runs.id = prior.id
 RETURNING runs.fence,
@@ -142,6 +147,14 @@ WITH fenced AS (
 INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
 SELECT id, %(key)s, %(step)s, %(step_name)s, %(payload)s, false FROM fenced
 RETURNING id
+;
+
+-- name: journal_append
+-- One journal entry, in the caller's fenced transaction (after fence_guard, runs.sql): a timer's
+-- wake time, a `once` result, a reply cut off at max_tokens, a note, a result kept as an
+-- artifact.
+INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
+VALUES (%(run_id)s, %(key)s, %(step)s, %(step_name)s, %(payload)s, false)
 ;
 
 -- name: checkpoint

@@ -1,0 +1,203 @@
+-- A run's changes outside the statements every step runs (step.sql): the fence's guard, the
+-- lease given up or set, a park, a finish, the time bound's give-up and what a step records on
+-- the way. pipeline/statements.py runs them in the caller's transaction.
+--
+-- A write a step makes runs after `fence_guard` in the same transaction (leases.fenced), or
+-- carries the fence itself; the statements below name the fence where they can, so that each
+-- says by itself which attempt may write it.
+-- Parameters are psycopg's (%(name)s); each statement ends with a semicolon on its own.
+
+-- name: fence_guard
+-- The first statement of every fenced transaction: locks the run's row and checks the fence
+-- (no row: the lease is lost, and the transaction rolls back).
+UPDATE runs SET updated_at = now() WHERE id = %(run_id)s AND fence = %(fence)s
+;
+
+-- name: release_lease
+-- The step gives the run up untouched, for another worker (an agent this worker does not
+-- know, a quarantine that stayed busy): its message is sent again.
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+ WHERE id = %(run_id)s AND fence = %(fence)s
+;
+
+-- name: release_to_replay
+-- The attempt ends well without moving the run to its next step (what it would wait for was
+-- decided already): the lease given up, and the failures in a row are over (a step that waits
+-- on several approvals runs as several attempts of one step, and a lapse before each must not
+-- add up to a poison run's count; the entries stay, for `show`).
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL, failed_attempts = 0,
+                updated_at = now()
+ WHERE id = %(run_id)s AND fence = %(fence)s
+;
+
+-- name: park
+-- The run waits (`waiting` or `needs_attention`, on `waiting_on`, until `wake_at` if set),
+-- holding no lease; its failures in a row are over, as in release_to_replay. A cancel that
+-- arrived during the step wins over waiting. No row: the run is no longer running.
+UPDATE runs
+   SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE %(status)s END,
+       stop_reason = CASE WHEN cancel_requested THEN 'cancelled' ELSE %(reason)s END,
+       error = CASE WHEN cancel_requested THEN NULL ELSE %(error)s END,
+       finished_at = CASE WHEN cancel_requested THEN now() END,
+       waiting_on = %(waiting_on)s,
+       wake_at = CASE WHEN cancel_requested THEN NULL
+                      ELSE CAST(%(wake_at)s AS timestamptz) END,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       failed_attempts = 0,
+       updated_at = now()
+ WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running'
+RETURNING status
+;
+
+-- name: finish
+-- The run's end (or a status it may still leave: needs_attention), where it may still make
+-- that change (`sources`: models/status.py RUN_TRANSITIONS), with the step's counters added
+-- and the lease given up. No row: the status changed under the step.
+UPDATE runs
+   SET status = %(status)s,
+       stop_reason = %(reason)s,
+       result = %(result)s,
+       error = %(error)s,
+       step = step + %(steps_done)s,
+       finished_at = CASE WHEN %(terminal)s THEN now() END,
+       input_tokens = input_tokens + %(input_tokens)s,
+       output_tokens = output_tokens + %(output_tokens)s,
+       cache_creation_input_tokens = cache_creation_input_tokens
+                                     + %(cache_creation_input_tokens)s,
+       cache_read_input_tokens = cache_read_input_tokens + %(cache_read_input_tokens)s,
+       cost_usd = cost_usd + %(cost_usd)s,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       updated_at = now()
+ WHERE id = %(run_id)s AND fence = %(fence)s AND status = ANY(CAST(%(sources)s AS text[]))
+;
+
+-- name: enter_quarantine
+-- A suspect step runs alone among its process's suspects: its fence is recorded, so that a
+-- loss of this attempt counts as the run's own (nightshift_failed_attempt). Fenced by itself,
+-- the first statement of its transaction.
+UPDATE runs SET quarantine_fence = fence
+ WHERE id = %(run_id)s AND fence = %(fence)s
+RETURNING id
+;
+
+-- name: give_up_step
+-- The run is taken from the step `owner` runs (pipeline/engine/time_limit.py): it overran its
+-- time bound (`kind` time_limit), or failed on a database error (database_error, with the
+-- `error` and whether it `counted`). The fence moves on (the abandoned work can write nothing
+-- more), the lease is cleared and the step is sent again: a failed attempt of the step.
+UPDATE runs
+   SET fence = fence + 1,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       updated_at = now(),
+       (failed_attempts, failures, failed_step) = (
+           SELECT * FROM nightshift_failed_attempt(runs, %(kind)s, true, NULL, NULL,
+                                                   %(error)s, %(counted)s))
+ WHERE id = %(run_id)s AND lease_owner = %(owner)s AND status = 'running'
+RETURNING agent, step, batch_id
+;
+
+-- name: lock_timeout
+-- How long this transaction waits for a lock before it fails (a send in flight holds the run
+-- row until its reply).
+SELECT set_config('lock_timeout', %(milliseconds)s, true)
+;
+
+-- name: set_lease
+-- The lease ends `seconds` from now: a send's window before it (committed, so that a takeover
+-- waits for the send even if this session ends), one lease again after it.
+UPDATE runs SET lease_expires_at = now() + make_interval(secs => %(seconds)s)
+ WHERE id = %(run_id)s AND fence = %(fence)s
+;
+
+-- name: hold_run_during_send
+-- The run's row stays locked for the send (by the fenced transaction's guard), and PostgreSQL
+-- ends this session should it stay idle in it past the send's window: a frozen process then
+-- keeps no row locked past its lease. For this transaction only.
+SELECT set_config('idle_in_transaction_session_timeout', %(milliseconds)s, true)
+;
+
+-- name: record_running_version
+-- The agent version the run's step runs under, on its row; a change of version (`previous`
+-- not NULL) also goes to the run's feed, every version in between.
+WITH recorded AS (
+    UPDATE runs SET running_version = %(version)s, updated_at = now()
+     WHERE id = %(run_id)s AND fence = %(fence)s
+    RETURNING id
+)
+INSERT INTO run_events (run_id, kind, data)
+SELECT id, 'version', jsonb_build_object('from', CAST(%(previous)s AS text),
+                                         'to', CAST(%(version)s AS text))
+  FROM recorded
+ WHERE CAST(%(previous)s AS text) IS NOT NULL
+;
+
+-- name: next_artifact_id
+-- An artifact's id, taken before the fenced transaction that stores it (whose fence check must
+-- be its first statement; an id a crash leaves unused is only a gap).
+SELECT nextval(pg_get_serial_sequence('artifacts', 'id')) AS id
+;
+
+-- name: store_artifact
+-- An artifact and its name in the run's state.artifacts, merged in without rewriting the rest
+-- of the state: in the fenced transaction of its tool call's journal entry.
+WITH stored AS (
+    INSERT INTO artifacts (id, run_id, name, sha256, size, media_type, content)
+    VALUES (%(id)s, %(run_id)s, %(name)s, %(sha256)s, %(size)s, %(media_type)s, %(content)s)
+    RETURNING run_id
+)
+UPDATE runs
+   SET state = jsonb_set(state, '{artifacts}',
+                         coalesce(state->'artifacts', '{}'::jsonb) || %(ref)s)
+  FROM stored
+ WHERE runs.id = stored.run_id
+;
+
+-- name: take_orphans
+-- The tick's takeovers (pipeline/runs/tick.py): runs that are running and either hold an
+-- expired lease or none, with nothing happening for a while (a step hands off by clearing its
+-- lease; a message normally claims within the `grace`). A run with no lease is taken only if
+-- it was handed off a grace before the oldest step message still queued (`queued_since`, that
+-- message's own hand-off, epoch seconds: pipeline/app.py): the queue is first in, first out,
+-- so a message sent before that one was taken already; one sent after may still wait behind a
+-- night's backlog, and sending it again would only add a duplicate to the backlog. "Before" by
+-- a grace: updated_at is its transaction's start, and the message goes after the commit, so
+-- under load two hand-offs reach the queue in the other order. Each one opens a `resumptions`
+-- row (at most one open per run), recording when the run stopped moving; the claim that picks
+-- it up closes it (step.sql close_resumption). An expired lease is a failed attempt of the
+-- run's step (nightshift_failed_attempt); a run that only lost its message keeps its count.
+WITH picked AS (
+    SELECT id, lease_expires_at, updated_at FROM runs
+     WHERE status = 'running'
+       AND (lease_expires_at < now()
+            OR (lease_expires_at IS NULL
+                AND updated_at < now() - make_interval(secs => %(grace)s)
+                AND updated_at < to_timestamp(%(queued_since)s)
+                                 - make_interval(secs => %(grace)s)))
+     ORDER BY updated_at
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED
+), lost AS (
+    INSERT INTO resumptions (run_id, cause, lost_at)
+    SELECT id,
+           CASE WHEN lease_expires_at IS NULL THEN 'no_message' ELSE 'lease_expired' END,
+           coalesce(lease_expires_at, updated_at)
+      FROM picked
+    ON CONFLICT (run_id) WHERE resumed_at IS NULL DO NOTHING
+)
+UPDATE runs
+   SET lease_expires_at = NULL,
+       lease_owner = NULL,
+       updated_at = now(),
+       (failed_attempts, failures, failed_step) = (
+           SELECT * FROM nightshift_failed_attempt(runs, 'crashed_worker',
+                                                   picked.lease_expires_at IS NOT NULL,
+                                                   picked.lease_expires_at, %(lease)s,
+                                                   NULL, true))
+  FROM picked
+ WHERE runs.id = picked.id
+RETURNING runs.id, runs.agent, runs.step, runs.batch_id,
+          picked.lease_expires_at IS NOT NULL AS lapsed
+;
