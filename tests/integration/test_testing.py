@@ -28,8 +28,9 @@ from pipeline import (
 )
 from pipeline.agents.nightly_report import AGENT as NIGHTLY_REPORT
 from pipeline.errors import LeaseLost, NotAnApprover
+from pipeline.runs.fanout import NIGHTLY_CAP
 from pipeline.testing import KeyNotStable, run_agent, tool_context
-from pipeline.testing.database import take
+from pipeline.testing.database import give_back, take
 
 RUN = {"team": "ops"}
 SCHEMA = {
@@ -280,6 +281,18 @@ def test_max_steps_and_max_tool_calls_stop_the_run_as_on_a_worker() -> None:
     assert len(run.calls) == 2
 
 
+def test_a_runs_token_limit_and_the_deployments_nightly_cap_stop_it_as_on_a_worker() -> None:
+    replies = mails("a", "b", "c")
+    run = run_agent(agent_with(mailer(by_subject), max_run_tokens=1), RUN, replies=replies)
+    assert (run.status, run.reason) == ("failed", "max_tokens")
+    # a step's tokens count from its checkpoint: the first step ends, the second never asks
+    assert [a.key for a in run.actions] == ["digest:digest:a"] and run.step == 1
+
+    capped = {"NIGHTSHIFT_NIGHTLY_TOKEN_CAP": "1"}
+    run = run_agent(agent_with(mailer(by_subject)), RUN, replies=replies, env=capped)
+    assert (run.status, run.reason) == ("failed", NIGHTLY_CAP)
+
+
 def test_a_tool_whose_setting_is_missing_fails_the_run_with_reason_config() -> None:
     @tool(description="Read it.", schema={"type": "object"}, needs=("acme.url",))
     def read(args: dict[str, Any], context: ToolContext) -> str:
@@ -399,4 +412,5 @@ def test_each_run_has_a_database_of_its_own_in_the_templates_state() -> None:
             " AND tablename <> 'alembic_version'"
         ).fetchall()
         rows = {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone() for (t,) in tables}
+    give_back(database)
     assert len(rows) > 10 and set(rows.values()) == {(0,)}
