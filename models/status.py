@@ -33,9 +33,6 @@ class RunStatus(StrEnum):
         """Every status a wake (a timer, a decision, a person) makes runnable again."""
         return tuple(s for s in cls if s in _PARKED_RUN)
 
-    def can_become(self, new: RunStatus) -> bool:
-        return new in RUN_TRANSITIONS[self]
-
     @classmethod
     def sources_of(cls, new: RunStatus) -> tuple[RunStatus, ...]:
         """Statuses a run may move to `new` from: the WHERE clause of a guarded UPDATE."""
@@ -103,9 +100,6 @@ class ActionState(StrEnum):
         """Owned by a run that may still send it (or may have): no other run may touch it."""
         return (cls.PENDING_APPROVAL, cls.INTENDED, cls.ATTEMPTED, cls.OUTCOME_UNKNOWN)
 
-    def can_become(self, new: ActionState) -> bool:
-        return new in ACTION_TRANSITIONS[self]
-
     @classmethod
     def sources_of(cls, new: ActionState) -> tuple[ActionState, ...]:
         return tuple(s for s in cls if new in ACTION_TRANSITIONS[s])
@@ -142,7 +136,9 @@ ACTION_TRANSITIONS: dict[ActionState, frozenset[ActionState]] = {
 
 
 class FireDecision(StrEnum):
-    """What a schedule slot did; one row per (schedule, slot) in schedule_fires."""
+    """What a schedule slot did; one row per (schedule, slot) in schedule_fires. Only a buffered
+    slot changes its decision: it starts (fired), or a newer buffered slot replaces it
+    (skipped_overlap)."""
 
     FIRED = "fired"
     """Started on time, by hand, or (from buffered) when the previous run finished."""
@@ -159,15 +155,6 @@ class FireDecision(StrEnum):
     def started(self) -> bool:
         """Whether the slot started its job (its row names a run or a batch)."""
         return self in (FireDecision.FIRED, FireDecision.CAUGHT_UP, FireDecision.CANCELLED_OTHER)
-
-    def can_become(self, new: FireDecision) -> bool:
-        return new in FIRE_TRANSITIONS[self]
-
-
-# Only a buffered slot changes its decision: it starts, or a newer buffered slot replaces it.
-FIRE_TRANSITIONS: dict[FireDecision, frozenset[FireDecision]] = {
-    decision: frozenset() for decision in FireDecision
-} | {FireDecision.BUFFERED: frozenset({FireDecision.FIRED, FireDecision.SKIPPED_OVERLAP})}
 
 
 class BatchStatus(StrEnum):

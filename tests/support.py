@@ -54,6 +54,15 @@ def run_row(run_id: uuid.UUID) -> Any:
         return session.execute(select(Run).where(Run.id == run_id)).scalar_one()
 
 
+def claim(run_id: uuid.UUID, owner: str, lease_seconds: float) -> Any:
+    """Claim the run as a step does (pipeline.engine.leases.take): its Lease, or None."""
+    from pipeline.engine.leases import Lease, take
+    from pipeline.settings import get_settings
+
+    claimed = take(run_id, owner, lease_seconds, get_settings())
+    return Lease(run_id, claimed.fence, owner) if claimed is not None else None
+
+
 def wait_for_status(run_id: uuid.UUID, statuses: set[str], timeout: float = 60.0) -> Any:
     def probe() -> Any:
         row = run_row(run_id)

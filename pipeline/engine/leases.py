@@ -23,7 +23,7 @@ from pipeline.engine.holders import is_certainly_gone
 from pipeline.errors import LeaseLost
 from pipeline.logs import get_logger
 from pipeline.reachability import DATABASE
-from pipeline.settings import Settings, get_settings
+from pipeline.settings import Settings
 
 log = get_logger("nightshift.leases")
 
@@ -61,19 +61,6 @@ def take(
     if claimed.resumed is not None:
         instruments.resumed(*claimed.resumed)
     return claimed
-
-
-def claim(run_id: uuid.UUID, owner: str, lease_seconds: float) -> Lease | None:
-    """take(), for a caller that needs only the lease."""
-    claimed = take(run_id, owner, lease_seconds, get_settings())
-    return Lease(run_id, claimed.fence, owner) if claimed is not None else None
-
-
-def renew(lease: Lease, lease_seconds: float) -> bool:
-    """Extend the lease; False means another worker has taken the run over, or its row is
-    locked right now (see renew_held)."""
-    renewed, _ = renew_held({lease: lease_seconds})
-    return lease in renewed
 
 
 def renew_held(leases: Mapping[Lease, float]) -> tuple[set[Lease], set[Lease]]:

@@ -23,9 +23,6 @@ the prompt cache."""
 USAGE_COLUMNS = (*COUNTERS, "cost_usd")
 """The run's columns a step's usage is added to (Usage.amounts() names them the same)."""
 
-ADD_USAGE = ", ".join(f"{name} = {name} + :{name}" for name in USAGE_COLUMNS)
-"""SET clauses of a plain SQL UPDATE of runs adding a Usage's amounts() to its counters."""
-
 
 @dataclass(frozen=True)
 class Usage:
@@ -60,7 +57,7 @@ class Usage:
         )
 
     def amounts(self) -> dict[str, Any]:
-        """The parameters of ADD_USAGE: this usage by counter name."""
+        """This usage by counter name: what a step's UPDATE adds to the run's columns."""
         return {name: getattr(self, name) for name in USAGE_COLUMNS}
 
 

@@ -17,7 +17,6 @@ from sqlalchemy import text, update
 from models import Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.engine.leases import claim
 from pipeline.engine.time_limit import give_up
 from pipeline.runs import fanout
 from pipeline.runs.schedules import check_schedule
@@ -27,7 +26,7 @@ from pipeline.slots import Schedule
 from pipeline.views.feed import START, FeedEvent, Subject, latest_position, read
 from tests.integration.api_fixtures import AUTH, client, live_server, make_app
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import ServiceUrls, wait_for_status
+from tests.support import ServiceUrls, claim, wait_for_status
 
 REPORT = {"team": "ops", "date": "2026-11-29"}
 

@@ -12,9 +12,10 @@ from sqlalchemy.exc import DBAPIError
 
 from models import Action, ActionState, JournalEntry, Run
 from pipeline.db import transaction
-from pipeline.engine.leases import claim, fenced, renew
+from pipeline.engine.leases import fenced, renew_held
 from pipeline.errors import LeaseLost
 from pipeline.runs.start import create_run_txn
+from tests.support import claim
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 
@@ -38,7 +39,7 @@ def test_claim_bumps_the_fence_and_a_live_lease_refuses_a_second_claim(db_url: s
     first = claim(run_id, "worker-a", lease_seconds=30)
     assert first is not None and first.fence == 1
     assert claim(run_id, "worker-b", lease_seconds=30) is None
-    assert renew(first, lease_seconds=30)
+    assert first in renew_held({first: 30})[0]
 
 
 def test_a_stale_fence_cannot_write_the_run_the_journal_or_an_action(db_url: str) -> None:
@@ -68,7 +69,7 @@ def test_a_stale_fence_cannot_write_the_run_the_journal_or_an_action(db_url: str
         )  # fmt: skip
 
     # then nothing of A's landed, A cannot renew, and B still writes
-    assert not renew(stale, lease_seconds=30)
+    assert stale not in renew_held({stale: 30})[0]
     with transaction() as session:
         assert session.scalar(select(Run.step).where(Run.id == run_id)) == 0
         assert session.scalar(select(func.count()).select_from(JournalEntry)) == 0
@@ -96,7 +97,7 @@ def test_a_late_heartbeat_cannot_revive_a_lease_the_step_handed_off(db_url: str)
             update(Run).where(Run.id == run_id).values(lease_owner=None, lease_expires_at=None)
         )
     # when its heartbeat thread renews a moment too late
-    assert not renew(lease, lease_seconds=30)
+    assert lease not in renew_held({lease: 30})[0]
     # then the next step's message can still claim the run at once
     assert claim(run_id, "worker-b", lease_seconds=30) is not None
 

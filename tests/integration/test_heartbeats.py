@@ -14,8 +14,9 @@ from sqlalchemy import select, text, update
 
 from models import Run
 from pipeline.db import transaction
-from pipeline.engine.leases import Heartbeat, Lease, claim
+from pipeline.engine.leases import Heartbeat, Lease
 from pipeline.runs.start import create_run_txn
+from tests.support import claim
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 LEASE = 3.0

@@ -14,14 +14,16 @@ import pytest
 
 from pipeline.db import transaction
 from pipeline.engine.holders import Holder, holder_here, is_certainly_gone
-from pipeline.engine.leases import Lease, claim
+from pipeline.engine.leases import Lease
 from pipeline.runs.start import create_run_txn
+from tests.support import claim
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 _TAKE_OVER = """
 import sys, uuid
-from pipeline.engine.leases import claim
-print(claim(uuid.UUID(sys.argv[1]), "other-worker", 30))
+from pipeline.engine.leases import take
+from pipeline.settings import get_settings
+print(take(uuid.UUID(sys.argv[1]), "other-worker", 30, get_settings()))
 """
 
 

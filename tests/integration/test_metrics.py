@@ -16,14 +16,13 @@ from sqlalchemy import func, select, text, update
 from models import Action, ActionState, ResumeCause, Resumption, Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.engine.leases import claim
 from pipeline.runs.start import create_run_txn, start_run
 from pipeline.runs.tick import tick
 from pipeline.views.metrics import collect
 from tests.integration.api_fixtures import AUTH, client
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.integration.test_prometheus import scrape
-from tests.support import wait_for, wait_for_status
+from tests.support import claim, wait_for, wait_for_status
 
 REPORT = {"team": "ops", "date": "2026-11-29"}
 

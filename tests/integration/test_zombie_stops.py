@@ -13,10 +13,9 @@ from models import Alert, Batch, BatchStatus, Run, RunStatus
 from pipeline.agent_definition import BatchPlan
 from pipeline.app import send_step
 from pipeline.db import transaction
-from pipeline.engine.leases import claim
 from pipeline.runs.fanout import create_batch_txn
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import run_row, wait_for
+from tests.support import claim, run_row, wait_for
 
 RUN_INPUT = {"team": "ops", "date": "2026-11-29"}
 
