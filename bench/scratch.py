@@ -24,6 +24,9 @@ from pipeline.sandbox.messages_api import MessagesSandbox
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
+BENCH_AGENTS = "bench.agents:AGENT,bench.agents:SYNTHESIS"
+"""The benchmark agents (bench/agents.py): registered for a benchmark's own processes only,
+never as a production entry point."""
 
 
 def configured_urls() -> tuple[str, str]:
@@ -127,6 +130,7 @@ def scratch(
     """
     from pipeline.db import dispose_all
     from pipeline.migrate import fresh_database, upgrade
+    from pipeline.registry import registry
     from pipeline.settings import get_settings
 
     base_db, base_broker = configured_urls()
@@ -151,6 +155,11 @@ def scratch(
         os.environ["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(BENCH_DIR), str(REPO), os.environ.get("PYTHONPATH")) if p
         )
+        os.environ["NIGHTSHIFT_AGENTS"] = ",".join(
+            p for p in (os.environ.get("NIGHTSHIFT_AGENTS"), BENCH_AGENTS) if p
+        )
+        if str(REPO) not in sys.path:  # this process runs steps and checks agents too
+            sys.path.append(str(REPO))
         if model_url is None:
             os.environ.pop("ANTHROPIC_API_KEY", None)
             os.environ.pop("ANTHROPIC_BASE_URL", None)
@@ -158,6 +167,7 @@ def scratch(
             os.environ["ANTHROPIC_API_KEY"] = "bench-dummy-key"
             os.environ["ANTHROPIC_BASE_URL"] = model_url
         get_settings.cache_clear()
+        registry.cache_clear()
         dispose_all()
         bench.flush_broker()
         failed = True

@@ -116,7 +116,10 @@ def _load(declared: _Declared) -> Agent:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise RegistryError(f"{where}: no module named {exc.name!r}") from None
+            # An entry point names a module its package no longer has: an install made before
+            # the module moved (an editable one keeps its metadata until it is reinstalled).
+            stale = "; reinstall the package" if declared.name is not None else ""
+            raise RegistryError(f"{where}: no module named {exc.name!r}{stale}") from None
         raise RegistryError(f"{where}: importing {module_name} failed: {exc}") from None
     except Exception as exc:  # a definition error in the user's module: say which and why
         first = str(exc).splitlines()[0] if str(exc) else ""

@@ -22,6 +22,9 @@ import redis
 
 from tests.support import ServiceUrls
 
+REPO = Path(__file__).resolve().parents[1]
+BENCH_AGENTS = "bench.agents:AGENT,bench.agents:SYNTHESIS"
+"""Registered in every test session (NIGHTSHIFT_AGENTS), as bench/scratch.py registers them."""
 _counter = itertools.count()
 _SERVICES: ServiceUrls | None = None
 _STARTED_IN: list[Path] = []
@@ -67,6 +70,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # The shipped nightly schedules stay off in tests: a test that happens to run at 02:00
     # Berlin time must not find an extra nightly run. Tests of schedules bring their own file.
     os.environ.setdefault("NIGHTSHIFT_SCHEDULES_FILE", str(_schedules_off()))
+    # The benchmark agents (`bench`, `bench_synthesis`) are no production entry points: the
+    # tests register them as the benchmarks do, for this process and every one it starts.
+    os.environ.setdefault("NIGHTSHIFT_AGENTS", BENCH_AGENTS)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+    )
     # A queue of this session's own: other test sessions may share the Redis database. Under
     # pytest-xdist each worker process inherits the controller's and adds its own name to it.
     os.environ.setdefault("NIGHTSHIFT_QUEUE", f"nightshift-test-{os.getpid()}")
@@ -173,18 +182,23 @@ def monkeypatch() -> Iterator[pytest.MonkeyPatch]:
 
 @pytest.fixture
 def register_agents(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """Register more agents by `module:ATTR` (NIGHTSHIFT_AGENTS), in this process and in the
-    workers a test starts after calling it."""
+    """Register more agents by `module:ATTR` (NIGHTSHIFT_AGENTS, besides the session's), in
+    this process and in the workers a test starts after calling it."""
     from pipeline.registry import registry
     from pipeline.settings import get_settings
 
+    session = os.environ.get("NIGHTSHIFT_AGENTS")
+
     def register(*paths: str) -> None:
-        monkeypatch.setenv("NIGHTSHIFT_AGENTS", ",".join(paths))
+        monkeypatch.setenv("NIGHTSHIFT_AGENTS", ",".join(p for p in (*paths, session) if p))
         get_settings.cache_clear()
         registry.cache_clear()
 
     yield register
-    monkeypatch.delenv("NIGHTSHIFT_AGENTS", raising=False)
+    if session:
+        monkeypatch.setenv("NIGHTSHIFT_AGENTS", session)
+    else:
+        monkeypatch.delenv("NIGHTSHIFT_AGENTS", raising=False)
     get_settings.cache_clear()
     registry.cache_clear()
 

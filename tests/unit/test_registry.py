@@ -3,7 +3,9 @@ way a registration can be wrong."""
 
 from __future__ import annotations
 
+import tomllib
 from importlib.metadata import version as version_of
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +73,18 @@ def test_a_wrong_registration_is_one_line_naming_it(path: str, message: str) -> 
     assert message in text and path in text and "\n" not in text
 
 
+def test_an_entry_point_whose_module_is_gone_says_to_reinstall_the_package() -> None:
+    # an install made before its module moved: its metadata still names the old module
+    gone = _Declared("pipeline.agents.moved_away:AGENT", "entry point of x", "moved_away")
+
+    with pytest.raises(RegistryError) as raised:
+        build([gone])
+
+    assert str(raised.value).endswith(
+        "no module named 'pipeline.agents.moved_away'; reinstall the package"
+    )
+
+
 def test_two_agents_with_one_name_are_refused() -> None:
     with pytest.raises(RegistryError, match="two agents are named 'nightly_report'"):
         build(
@@ -90,3 +104,11 @@ def test_an_unknown_agent_says_how_to_register_one() -> None:
         registry.agent("nope")
     assert "known agents: echo_outside" in str(raised.value)
     assert "nightshift.agents" in str(raised.value) and "NIGHTSHIFT_AGENTS" in str(raised.value)
+
+
+def test_the_benchmark_agents_are_no_production_entry_points() -> None:
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    points = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["nightshift.agents"]
+
+    assert not {"bench", "bench_synthesis"} & set(points)
+    assert all(path.startswith("pipeline.agents.") for path in points.values())

@@ -2,7 +2,9 @@
 tool, whose schedule job is a night's batch of such runs; and `bench_synthesis`, that batch's
 synthesis, which counts the children's outcomes.
 
-Used by `bench/`: nothing here waits on the network, so what a benchmark measures is the
+Registered only where benchmarks and tests run (NIGHTSHIFT_AGENTS=bench.agents:AGENT,
+bench.agents:SYNTHESIS: bench/scratch.py and tests/conftest.py set it), never as a production
+entry point. Nothing here waits on the network, so what a benchmark measures is the
 runtime (claim, journal, checkpoint, hand-off, fan-out and join) and whatever latency the model
 adds: the local Messages API server's, or the script's own `model_seconds` (a model that takes
 that long).
