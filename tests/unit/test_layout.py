@@ -1,12 +1,55 @@
-"""The package's shape (docs/layout.md): the runtime never imports the public-API package itself
-(only agents, like users' packages, do)."""
+"""The package's shape (docs/layout.md): every module is named there, and the runtime never
+imports the public-API package itself (only agents, like users' packages, do)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-PIPELINE = Path(__file__).resolve().parents[2] / "pipeline"
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = ROOT / "pipeline"
+INDEX = "### Every module, by package"
+_PACKAGE = re.compile(r"- `(?P<dir>[^`]+)/` \((?P<what>[^()]*)\)(?::\s+(?P<modules>.*))?", re.S)
+
+
+def modules_on_disk() -> set[str]:
+    """Every module of pipeline/ and models/ but the packages' __init__ and the migrations'
+    history, as `dir/name`."""
+    found = set()
+    for top in ("pipeline", "models"):
+        for path in (ROOT / top).rglob("*.py"):
+            relative = path.relative_to(ROOT)
+            if path.stem != "__init__" and "versions" not in relative.parts:
+                found.add(relative.with_suffix("").as_posix())
+    return found
+
+
+def index_of_layout() -> tuple[set[str], set[str]]:
+    """(packages, modules) docs/layout.md's index names, as `dir` and `dir/name`."""
+    text = (ROOT / "docs" / "layout.md").read_text().partition(INDEX)[2]
+    items = re.split(r"\n(?=- `)", text.strip().partition("\n\n")[2].strip())
+    packages, modules = set(), set()
+    for item in items:
+        matched = _PACKAGE.fullmatch(item.strip())
+        assert matched, f"not a package line of the index: {item!r}"
+        packages.add(matched["dir"])
+        for name in re.findall(r"`([^`]+)`", matched["modules"] or ""):
+            modules.add(f"{matched['dir']}/{name}")
+    return packages, modules
+
+
+def test_docs_layout_names_every_module_and_no_module_that_is_gone() -> None:
+    packages, listed = index_of_layout()
+    on_disk = modules_on_disk()
+
+    missing = sorted(on_disk - listed)
+    gone = sorted(listed - on_disk)
+    assert not missing, f"name these in docs/layout.md ({INDEX}): {missing}"
+    assert not gone, f"docs/layout.md ({INDEX}) names modules that are gone: {gone}"
+    directories = {module.rpartition("/")[0] for module in on_disk}
+    assert directories <= packages, f"packages not in the index: {directories - packages}"
+    assert all((ROOT / package).is_dir() for package in packages), packages
 
 
 def test_the_runtime_imports_modules_not_the_public_api_package() -> None:
