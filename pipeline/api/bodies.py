@@ -91,16 +91,19 @@ class CancelRequest(BaseModel):
 
 
 class ApprovalDecision(BaseModel):
-    """`decided_by` is whom the bearer token speaks for: never a name in the body."""
+    """A decision on the action as the approver saw it: its run and its arguments' hash (as
+    `GET /runs/{run_id}` lists them under `actions`, and the status page shows them), so that
+    it never applies to another run's action under the same key, or to other arguments.
+    `decided_by` is whom the bearer token speaks for: never a name in the body."""
 
     model_config = ConfigDict(extra="forbid")
     decision: Literal["approve", "reject"]
     note: str | None = Field(default=None, max_length=2000)
-    run_id: uuid.UUID | None = Field(
-        default=None, description="The run the approver saw the action in; 409 if it changed."
+    run_id: uuid.UUID = Field(
+        description="The run the approver saw the action in; 409 if the action is another "
+        "run's now."
     )
-    args_hash: str | None = Field(
-        default=None,
+    args_hash: str = Field(
         pattern="^[0-9a-f]{64}$",
         description="The `args_hash` of the arguments the approver saw; 409 if they changed.",
     )

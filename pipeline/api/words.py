@@ -9,7 +9,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from pipeline.keys import Wait, WaitKind
-from pipeline.runs.decisions import not_an_approver
+from pipeline.runs.decisions import not_an_approver, shown_to
 
 # CommonMark with raw HTML off: a model's "<script>" is shown as text. markdown-it also
 # refuses javascript:, vbscript: and data: links (its validateLink).
@@ -87,3 +87,23 @@ def who_decides(action: dict[str, Any], who: str) -> str:
     if not_an_approver(action["idempotency_key"], who, approvers) is not None:
         return "named approvers (you are not one of them)"
     return ", ".join(approvers) if approvers else "anyone signed in"
+
+
+AN_APPROVER = "an approver"
+"""Who acted, as a person not among the action's approvers reads it."""
+
+
+def as_seen_by(action: dict[str, Any], who: str) -> dict[str, Any]:
+    """The action (`show_action`'s) as `who` may see it: who decided, and who did what in its
+    audit trail, named only where `shown_to` allows (an approver's identity, to approvers)."""
+    approvers = action.get("approvers") or []
+
+    def named(identity: str | None) -> str | None:
+        return identity if shown_to(who, identity, approvers) else AN_APPROVER
+
+    audit = [
+        entry if shown_to(who, entry["by"], approvers)
+        else {**entry, "by": AN_APPROVER, "via": ""}
+        for entry in action.get("audit", [])
+    ]  # fmt: skip
+    return {**action, "decided_by": named(action.get("decided_by")), "audit": audit}

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from sqlalchemy import text
 
-from pipeline.chaos.common import WebhookUnavailable
+from pipeline.chaos.common import ChaosError, WebhookUnavailable
 from pipeline.chaos.webhook import ApprovalWebhook, Delivery
 from pipeline.db import transaction
 
@@ -22,6 +22,15 @@ def pending_approvals() -> list[str]:
     )
     with transaction() as session:
         return list(session.scalars(query))
+
+
+def as_shown(key: str) -> tuple[str, str] | None:
+    """The run and `args_hash` of `key`'s action, which a person reads before deciding (the
+    webhook applies a decision only to the action they name); None if no action has the key."""
+    query = text("SELECT run_id::text, args_hash FROM actions WHERE idempotency_key = :key")
+    with transaction() as session:
+        row = session.execute(query, {"key": key}).one_or_none()
+    return None if row is None else (row[0], row[1] or "")
 
 
 APPROVER = "chaos-approver@example.com"
@@ -58,9 +67,14 @@ class Approvals:
         with self.lock:
             self.calls += times
             note = f"chaos harness approval {self.calls}"
-        signed = self.webhook.request(key, note)
+        seen = as_shown(key)
+        if seen is None:
+            gone: list[Delivery | Exception] = [ChaosError(f"no action has key {key!r}")] * times
+            self._count(key, times, same, gone)
+            return gone
+        signed = self.webhook.request(key, note, *seen)
         deliveries = [
-            signed if same or i == 0 else self.webhook.request(key, f"{note}.{i}")
+            signed if same or i == 0 else self.webhook.request(key, f"{note}.{i}", *seen)
             for i in range(times)
         ]
         barrier = threading.Barrier(times)

@@ -120,10 +120,14 @@ class ApprovalWebhook:
     secret: str = field(repr=False)
     token: str = field(repr=False)
 
-    def request(self, key: str, note: str) -> tuple[str, bytes, dict[str, str]]:
-        """One delivery, signed now: (url, body, headers). Sending it twice is a replay."""
+    def request(
+        self, key: str, note: str, run_id: str, args_hash: str
+    ) -> tuple[str, bytes, dict[str, str]]:
+        """One delivery approving the action of `run_id` with these arguments, signed now:
+        (url, body, headers). Sending it twice is a replay."""
         path = f"/approvals/{key}"
-        body = json.dumps({"decision": "approve", "note": note}).encode()
+        decision = {"decision": "approve", "note": note, "run_id": run_id, "args_hash": args_hash}
+        body = json.dumps(decision).encode()
         headers = {
             "Content-Type": "application/json",
             "Authorization": f"Bearer {self.token}",

@@ -41,6 +41,14 @@ def not_an_approver(
     )
 
 
+def shown_to(who: str, identity: str | None, approvers: list[str] | tuple[str, ...] | None) -> bool:
+    """Whether `who` may be told `identity` acted on an action with these approvers: an approver's
+    identity (who decided, who is named in the audit trail) is shown to approvers only; any
+    other identity, and every identity of an action that names no approvers, to anyone."""
+    named = approvers or []
+    return identity not in named or who in named
+
+
 @dataclass(frozen=True)
 class Actor:
     """Who acts on an action, as established by the caller, never as a request claims."""
@@ -240,15 +248,18 @@ def _repeat_or_refuse(
             f"action {key!r} belongs to run {row.run_id}, whose deadline passed at "
             f"{run.deadline.isoformat()}: nothing would carry out a decision now"
         )
-    refused = not_an_approver(key, by, row.approvers) if undecided else None
-    if refused is not None and row.state == required:
+    # Approving or rejecting is an approver's, decided or not: a stranger learns neither the
+    # first outcome nor who gave it.
+    refused = not_an_approver(key, by, row.approvers) if approving else None
+    if refused is not None:
         raise refused
     if row.decision == decision.value:
         return DecisionResult(key, decision, row.decided_by or "", False, row.state, row.run_id)
     if row.decision is not None:
+        decider = row.decided_by if shown_to(by, row.decided_by, row.approvers) else None
         raise DecisionConflict(
-            f"action {key!r} was already decided ({row.decision} by {row.decided_by}); "
-            f"{decision} refused"
+            f"action {key!r} was already decided ({row.decision}"
+            f"{f' by {decider}' if decider else ''}); {decision} refused"
         )
     raise StatusConflict(
         f"action {key!r} is {row.state}, so it cannot take {decision!s} (that needs {required})"

@@ -206,6 +206,10 @@ def _event(row: Any) -> FeedEvent:
             data["is_error"] = True
     elif kind == "status" and row.result is not None:
         data["result"] = row.result
+    elif kind == "action":
+        # Anyone who may read the run reads its feed, and who decided is shown only to who may
+        # decide (pipeline.runs.decisions.shown_to): the action's page says it to them.
+        data.pop("decided_by", None)
     return FeedEvent(
         position=(row.xid, row.id),
         type=_type(kind, data),

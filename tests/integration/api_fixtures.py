@@ -137,6 +137,13 @@ def action_row(key: str = PR_KEY) -> Action:
         return session.execute(select(Action).where(Action.idempotency_key == key)).scalar_one()
 
 
+def as_seen(key: str = PR_KEY) -> dict[str, str]:
+    """The run and `args_hash` of `key`'s action as an approver sees it (`GET /runs/{run_id}`
+    lists them, the status page shows them): what an approval webhook's body must name."""
+    action = action_row(key)
+    return {"run_id": str(action.run_id), "args_hash": action.args_hash or ""}
+
+
 def audit_trail(key: str = PR_KEY) -> list[ActionAudit]:
     with transaction() as session:
         query = select(ActionAudit).where(ActionAudit.action_key == key).order_by(ActionAudit.id)

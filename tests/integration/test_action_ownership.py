@@ -16,6 +16,7 @@ from pipeline.db import transaction
 from pipeline.engine.action_rows import arguments_hash
 from tests.integration.api_fixtures import (
     action_row,
+    as_seen,
     bearer,
     live_server,
     make_app,
@@ -69,7 +70,7 @@ def test_a_second_run_cannot_take_over_the_first_runs_send_under_its_approval(
     with live_server(make_app()) as base:
         first = start(base, alice, FIRST)
         wait_for_status(first, {RunStatus.WAITING.value}, timeout=30)
-        assert approve(base, alice).status_code == 200
+        assert approve(base, alice, **as_seen(KEY)).status_code == 200
         wait_for(doomed.exited, timeout=30, what="the worker to die after marking the attempt")
         assert action_row(KEY).state.value == "attempted"
 
@@ -117,10 +118,10 @@ def test_a_second_run_never_waits_on_nor_uses_the_first_runs_approval(
         assert parked.waiting_on == f"conflict:{KEY}" and str(first) in parked.error
 
         # and an approval made for other arguments than the recorded ones is refused
-        stale = approve(base, alice, args_hash=arguments_hash({"title": SECOND["title"]}))
+        stale = approve(base, alice, run_id=str(first), args_hash=arguments_hash(SECOND))
         assert stale.status_code == 409 and "not the one you saw" in stale.json()["error"]
         # and someone who is not an approver is told so, and not who is
-        bob = approve(base, person_token("bob@example.com"))
+        bob = approve(base, person_token("bob@example.com"), **as_seen(KEY))
         assert bob.status_code == 403 and "alice" not in bob.text
 
         # when Alice approves what she saw: the first run's recorded arguments, in its name

@@ -27,6 +27,7 @@ from tests.integration.api_fixtures import (
     AUTH,
     PR_KEY,
     action_row,
+    as_seen,
     bearer,
     client,
     park_on_approval,
@@ -79,7 +80,7 @@ def test_a_run_waiting_for_approval_ends_at_its_deadline_and_its_approval_is_ref
     # and a late approval, by webhook or by hand, is refused and opens nothing
     lead = client(headers=bearer(person_token("lead@example.com")))
     path = f"/approvals/{PATCH_KEY}"
-    late = lead.post(path, **signed(path, {"decision": "approve"}))
+    late = lead.post(path, **signed(path, {"decision": "approve", **as_seen(PATCH_KEY)}))
     assert late.status_code == 409 and "withdrawn" in late.json()["error"]
     with pytest.raises(StatusConflict, match="withdrawn"):
         decide(PATCH_KEY, Decision.APPROVE, LEAD)

@@ -27,6 +27,7 @@ from tests.integration.api_fixtures import (
     PR_KEY,
     TOKEN,
     action_row,
+    as_seen,
     bearer,
     count,
     live_server,
@@ -137,7 +138,7 @@ def test_a_signed_approval_sent_again_with_its_bearer_spelled_otherwise_is_a_rep
     park_on_approval()
     token = person_token("alice@example.com")
     path = f"/approvals/{PR_KEY}"
-    request = signed(path, {"decision": "approve"}, token=token)
+    request = signed(path, {"decision": "approve", **as_seen()}, token=token)
     with live_server(make_app()) as base:
         assert httpx.post(f"{base}{path}", **request).status_code == 200
         # when the same signed request comes again with the scheme or spacing changed

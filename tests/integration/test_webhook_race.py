@@ -19,6 +19,7 @@ from tests.integration.api_fixtures import (
     BUG,
     PR_KEY,
     action_row,
+    as_seen,
     live_server,
     make_app,
     person_token,
@@ -45,7 +46,7 @@ def test_the_approval_webhook_fired_twice_at_once_opens_one_pull_request(
     wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=30)
 
     path = f"/approvals/{PR_KEY}"
-    body = {"decision": "approve"}
+    body = {"decision": "approve", **as_seen()}
     alice = person_token("alice@example.com")
     with live_server(make_app()) as base:
         # the tool's default reviewer is not the configured approver: refused, nothing named

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from tests.integration.api_fixtures import (
     PR_KEY,
     TOKEN,
     action_row,
+    as_seen,
     audit_trail,
     bearer,
     client,
@@ -47,6 +49,11 @@ REPORT_REQUEST = {"team": "ops", "date": "2026-11-29"}
 def api(db_url: str) -> TestClient:
     """A client whose requests carry Alice's own token."""
     return client(headers=bearer(person_token("alice@example.com")))
+
+
+def seen(body: dict) -> dict:
+    """`body` naming the pending action's run and arguments, as the approver saw them."""
+    return {**body, **as_seen()}
 
 
 def approval(api: TestClient, body: dict | bytes, key: str = PR_KEY, **sign: object):
@@ -77,8 +84,8 @@ def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
     run_id = park_on_approval()
 
     # when the approval webhook fires, then again (a sender's retry, signed anew)
-    first = approval(api, APPROVE)
-    again = approval(api, APPROVE, now=time.time() + 1)
+    first = approval(api, seen(APPROVE))
+    again = approval(api, seen(APPROVE), now=time.time() + 1)
 
     # then the first decided, woke the run, and the repeat returned the first outcome
     assert first.status_code == 200, first.text
@@ -101,7 +108,7 @@ def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
     assert run_row(run_id).status == RunStatus.RUNNING
 
     # and a conflicting decision afterwards is refused
-    late = approval(api, {"decision": "reject"})
+    late = approval(api, seen({"decision": "reject"}))
     assert late.status_code == 409
     assert "already decided (approve by alice@example.com)" in late.json()["error"]
     assert action_row().state == ActionState.INTENDED
@@ -109,19 +116,19 @@ def test_an_approval_is_decided_once_and_wakes_the_run(api: TestClient) -> None:
 
 def test_unknown_actions_and_strangers_are_refused(api: TestClient) -> None:
     park_on_approval(approvers=("alice@example.com", "carol@example.com"))
-    unknown = approval(api, APPROVE, key="patch:acme/shop:patch/issue-999")
+    unknown = approval(api, seen(APPROVE), key="patch:acme/shop:patch/issue-999")
     assert unknown.status_code == 404
     assert "'patch:acme/shop:patch/issue-999'" in unknown.json()["error"]
     # finding 2: a stranger with a valid token of their own is refused, and is not told who
     # may approve
     mallory = person_token("mallory@example.com")
-    stranger = approval(api, APPROVE, token=mallory)
+    stranger = approval(api, seen(APPROVE), token=mallory)
     assert stranger.status_code == 403
     error = stranger.json()["error"]
     assert "'mallory@example.com' is not among the approvers" in error
     assert "alice" not in error and "carol" not in error
     assert action_row().state == ActionState.PENDING_APPROVAL
-    assert approval(api, APPROVE).json()["first"] is True
+    assert approval(api, seen(APPROVE)).json()["first"] is True
 
 
 def test_decided_by_is_the_tokens_identity_whatever_the_body_says(api: TestClient) -> None:
@@ -130,8 +137,8 @@ def test_decided_by_is_the_tokens_identity_whatever_the_body_says(api: TestClien
     mallory = person_token("mallory@example.com")
 
     # when Mallory signs a body claiming to be Alice, or approves as herself
-    claimed = approval(api, {"decision": "approve", "by": "alice@example.com"}, token=mallory)
-    herself = approval(api, APPROVE, token=mallory)
+    claimed = approval(api, seen({**APPROVE, "by": "alice@example.com"}), token=mallory)
+    herself = approval(api, seen(APPROVE), token=mallory)
 
     # then a name in the body is no field of a decision, and Mallory is refused
     assert claimed.status_code == 422 and "'by'" in claimed.json()["error"]
@@ -139,7 +146,7 @@ def test_decided_by_is_the_tokens_identity_whatever_the_body_says(api: TestClien
     assert action_row().state == ActionState.PENDING_APPROVAL
 
     # and when Alice's token approves, it is Alice's decision
-    decided = approval(api, APPROVE)
+    decided = approval(api, seen(APPROVE))
     assert decided.status_code == 200, decided.text
     assert decided.json()["decided_by"] == "alice@example.com"
     assert action_row().decided_by == "alice@example.com"
@@ -158,7 +165,7 @@ def test_an_approval_without_a_persons_credential_is_refused(api: TestClient) ->
     revoke_token(bob[:12], by="test")
     assert approval(anonymous, APPROVE, token=bob).status_code == 401
     # the shared API token names nobody: not an approver of an action that names approvers
-    shared = approval(anonymous, APPROVE, token=TOKEN)
+    shared = approval(anonymous, seen(APPROVE), token=TOKEN)
     assert shared.status_code == 403
     assert "'NIGHTSHIFT_API_TOKEN' is not among the approvers" in shared.json()["error"]
     assert action_row().state == ActionState.PENDING_APPROVAL
@@ -241,6 +248,11 @@ def test_a_bad_signature_is_401_and_changes_nothing(api: TestClient, case: str) 
         ({"decision": "maybe"}, 422, "'decision'"),
         ({"decision": "approve", "note": "x" * 2001}, 422, "'note'"),
         ({"decision": "approve", "as": "alice@example.com"}, 422, "'as'"),
+        # what the approver saw is no option: a decision names its run and arguments' hash
+        ({"decision": "approve", "args_hash": "0" * 64}, 422, "field 'run_id': Field required"),
+        ({"decision": "approve", "run_id": str(uuid.uuid4())}, 422, "field 'args_hash'"),
+        ({"decision": "approve", "run_id": "run-1", "args_hash": "0" * 64}, 422, "'run_id'"),
+        ({"decision": "approve", "run_id": str(uuid.uuid4()), "args_hash": "F00"}, 422, "'args_"),
     ],
 )
 def test_a_signed_but_malformed_approval_is_refused(
@@ -256,7 +268,7 @@ def test_a_signed_but_malformed_approval_is_refused(
 def test_a_replayed_signature_is_refused_inside_the_window(api: TestClient) -> None:
     # given an approval that was accepted
     park_on_approval()
-    request = signed(PR_PATH, APPROVE)
+    request = signed(PR_PATH, seen(APPROVE))
     assert api.post(PR_PATH, **request).status_code == 200
 
     # when someone who captured it sends it again, a second later, well inside the window
@@ -265,7 +277,7 @@ def test_a_replayed_signature_is_refused_inside_the_window(api: TestClient) -> N
     # then it is refused; a delivery signed anew gets the first outcome, as a retry should
     assert replayed.status_code == 401
     assert "already received" in replayed.json()["error"]
-    retried = approval(api, APPROVE, now=time.time() + 1)
+    retried = approval(api, seen(APPROVE), now=time.time() + 1)
     assert (retried.status_code, retried.json()["first"]) == (200, False)
 
 

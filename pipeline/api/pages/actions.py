@@ -20,6 +20,7 @@ from pipeline.api.pages.base import (
     signer,
     to_login,
 )
+from pipeline.api.words import as_seen_by
 from pipeline.errors import Invalid, Malformed, NightshiftError
 from pipeline.runs.decisions import Actor, Decision, Seen, decide, retry
 from pipeline.views.actions import show_action
@@ -37,7 +38,7 @@ def action_page(
     if session is None:
         return to_login()
     try:
-        action = show_action(key)
+        action = as_seen_by(show_action(key), session.who)
     except NightshiftError as exc:
         return failure(request, session, exc)
     return render(
@@ -81,7 +82,7 @@ async def decide_page(request: Request, key: str) -> Response:
         result = await run_in_threadpool(decide, key, decision, actor, note, seen)
     except NightshiftError as exc:
         try:
-            action = await run_in_threadpool(show_action, key)
+            action = as_seen_by(await run_in_threadpool(show_action, key), session.who)
         except NightshiftError:
             return failure(request, session, exc)
         return render(
