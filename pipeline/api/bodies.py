@@ -33,7 +33,8 @@ _WHY = {
 DEADLINE_HELP = (
     "The run must be finished by then, or it stops with reason `deadline` (a waiting run too, "
     "its pending approvals withdrawn): seconds from now, a duration (`90s`, `15m`, `2h`, `1d`) "
-    "or an ISO-8601 time with a timezone."
+    "or an ISO-8601 time with a timezone, at most 366 days ahead (a past or farther one is a "
+    '422; the schema lists only the relative forms, as JSON Schema cannot say "ahead").'
 )
 
 

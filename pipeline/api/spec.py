@@ -190,9 +190,12 @@ def _present(schema: dict[str, Any]) -> dict[str, Any]:
 def _start_run_bodies(components: dict[str, Any]) -> None:
     """`StartRun` as the route takes it: one body per registered agent (`StartRun.<agent>`),
     whose input is the agent's own input schema, which the route checks the input against.
-    What it still cannot say: that a date-time deadline lies ahead (at most 366 days), that
-    the input fits NIGHTSHIFT_MAX_INPUT_BYTES (413), and, with NIGHTSHIFT_NOTIFY_SECRET set,
-    whether a notify_url's host resolves to an address NIGHTSHIFT_NOTIFY_ALLOWED allows."""
+    Its deadline lists the forms every value of which the server takes (seconds, a duration):
+    an ISO-8601 time is taken too, within 366 days ahead, which JSON Schema cannot say (a
+    past one would be schema-valid and refused), so the description says it. What the schema
+    still cannot say: that the input fits NIGHTSHIFT_MAX_INPUT_BYTES (413), and, with
+    NIGHTSHIFT_NOTIFY_SECRET set, whether a notify_url's host resolves to an address
+    NIGHTSHIFT_NOTIFY_ALLOWED allows."""
     generic = components.pop("StartRun")["properties"]
     shared = {
         "deadline": {
@@ -231,7 +234,6 @@ _DEADLINE = {
     "anyOf": [
         {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_DEADLINE.total_seconds()},
         {"type": "string", "pattern": duration_pattern()},
-        {"type": "string", "format": "date-time"},
         {"type": "null"},
     ]
 }

@@ -35,9 +35,9 @@ RECHECK = 2.0
 RECONNECT_MS = 2000
 
 POSITION = feed.POSITION.pattern
-EVENT_ID: dict[str, Any] = {"pattern": POSITION, "format": "event-id"}
-"""An event's id as the schema declares it (parse_position refuses any other, naming the
-form); the format names it for tools that generate requests from the schema."""
+EVENT_ID: dict[str, Any] = {"pattern": POSITION}
+"""An event's id as the schema declares it: parse_position takes every value the pattern
+matches and refuses any other, naming the form."""
 LastEventId = Annotated[
     str | None,
     Header(

@@ -1,11 +1,12 @@
 """The progress feed: what happened to a run or a batch, in order, from committed rows only.
 
 Events come from `run_events` (models/run_event.py), which triggers write in the transaction of
-each change, so the feed never shows what did not happen. Each event has a position
-`<xid>-<id>`: events are read in that order, and only those of transactions older than every
-write transaction still open in this database (the horizon). A transaction that commits later
-therefore always lands after every position already read, and a reader that resumes from the
-last position it saw (SSE's Last-Event-ID) misses nothing and sees nothing twice.
+each change, so the feed never shows what did not happen. Each event has a position (its
+transaction's id, its row's id; written as one number, POSITION): events are read in that
+order, and only those of transactions older than every write transaction still open in this
+database (the horizon). A transaction that commits later therefore always lands after every
+position already read, and a reader that resumes from the last position it saw (SSE's
+Last-Event-ID) misses nothing and sees nothing twice.
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ from pipeline.runs.summaries import describe, summarize
 
 Position = tuple[int, int]
 START: Position = (0, 0)
-POSITION = re.compile(r"^[0-9]{1,20}-[0-9]{1,19}$")
-"""How the feed writes a position: a transaction id (xid8, 20 digits at most), a dash and a row
-id (bigint, 19)."""
+_ROW_DIGITS = 19
+"""A row id is a bigint: 19 digits at most."""
+POSITION = re.compile(r"^(?:[0-9]{1,39}|[0-9]{1,20}-[0-9]{1,19})$")
+"""How an event id is written: the transaction id (xid8, 20 digits at most) followed by the row
+id in 19 digits, one number (`0` is the beginning), so that it is digits only, as a header value
+generated from the API document's pattern can be; and the earlier `<xid>-<id>`, which a client
+that started following before that change still resumes with."""
 
 # The oldest write transaction still open in this database, from the statement's own snapshot.
 # Transactions of other databases (which never write run_events) are left out when
@@ -101,17 +106,23 @@ class FeedEvent:
 
 
 def format_position(position: Position) -> str:
-    return f"{position[0]}-{position[1]}"
+    xid, row = position
+    return str(xid * 10**_ROW_DIGITS + row)
 
 
 def parse_position(given: str | None) -> Position:
-    """A position this feed wrote (`<xid>-<id>`); None means the beginning."""
+    """A position this feed wrote (see POSITION); None means the beginning."""
     if given is None:
         return START
     if not POSITION.fullmatch(given):
-        raise InvalidInput(f"event id {given[:40]!r} is not a position of this feed (<xid>-<id>)")
-    xid, _, row = given.partition("-")
-    return int(xid), int(row)
+        raise InvalidInput(
+            f"event id {given[:40]!r} is not a position of this feed (an id it sent, or 0)"
+        )
+    if "-" in given:
+        xid, _, row = given.partition("-")
+        return int(xid), int(row)
+    xid, row = divmod(int(given), 10**_ROW_DIGITS)
+    return xid, row
 
 
 def check_subject(subject: Subject) -> None:

@@ -23,7 +23,15 @@ from pipeline.runs.schedules import check_schedule
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.slots import Schedule
-from pipeline.views.feed import START, FeedEvent, Subject, latest_position, read
+from pipeline.views.feed import (
+    START,
+    FeedEvent,
+    Subject,
+    format_position,
+    latest_position,
+    parse_position,
+    read,
+)
 from tests.integration.api_fixtures import AUTH, client, live_server, make_app
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import ServiceUrls, claim, wait_for_status
@@ -220,6 +228,15 @@ def test_the_event_stream_sends_the_feed_and_resumes_from_last_event_id(db_url: 
     assert [f["event"] for f in frames(by_query.text)] == ["finished", "end"]
 
 
+def test_an_event_id_is_digits_only_and_reads_back_as_its_position() -> None:
+    # digits only: a header value generated from the document's pattern can be one (issue 31)
+    for position in (START, (1, 0), (7, 42), (2**64 - 1, 2**63 - 1)):
+        written = format_position(position)
+        assert written.isdigit() and parse_position(written) == position
+    assert parse_position("0") == START
+    assert parse_position("12-34") == (12, 34)  # the earlier form, from a client still following
+
+
 def test_the_event_stream_refuses_what_it_cannot_follow(db_url: str) -> None:
     api = client()
     run_id = start_run("nightly_report", REPORT).run_id
@@ -230,7 +247,7 @@ def test_the_event_stream_refuses_what_it_cannot_follow(db_url: str) -> None:
     for resume in ("yesterday", "", "1-2x"):
         bad = api.get(f"/runs/{run_id}/events", headers={**AUTH, "Last-Event-ID": resume})
         assert bad.status_code == 422 and "not a position of this feed" in bad.json()["error"]
-    for after in ("", "1-", "123456789012345678901-1"):
+    for after in ("", "1-", "123456789012345678901-1", "1" * 40):
         bad = api.get(f"/runs/{run_id}/events?after={after}", headers=AUTH)
         assert bad.status_code == 422 and "not a position of this feed" in bad.json()["error"]
     unknown = api.get("/batches/no:such:batch/events", headers=AUTH)
