@@ -216,6 +216,12 @@ def give_up(
                     session, run_id, agent=row.agent, step=row.step, batch=row.batch_id
                 )
     except Exception as exc:  # the database is away or the lock never came
-        log.warning("run %s: could not give up the lease (%s); it will lapse", run_id, exc)
+        if DATABASE.is_outage(exc):
+            DATABASE.failed(exc)  # one line an outage, not one a step
+        else:
+            log.warning(
+                "run %s: could not give up the lease (%s); it will lapse",
+                run_id, database_error_line(exc),
+            )  # fmt: skip
         return False
     return row is not None
