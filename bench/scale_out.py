@@ -56,9 +56,9 @@ def commits_after_flush() -> int:
 def size_connections(
     services: Path, urls: dict[str, str], network: Network, hosts: int, threads: int
 ) -> dict[str, str]:
-    """Give PostgreSQL the connections the most hosts need (README: 2 x (threads + 4) a worker
-    process, plus this process and beat), restarting it if that is above its default. With the
-    default 100, 6 hosts x 16 threads ran out ('too many clients already') mid-step."""
+    """Give PostgreSQL the connections the most hosts need (docs/operations.md: 2 x (threads + 4) a
+    worker process, plus this process and beat), restarting it if that is above its default. With
+    the default 100, 6 hosts x 16 threads ran out ('too many clients already') mid-step."""
     needed = hosts * 2 * (threads + 4) + 20
     if needed <= DEFAULT_MAX_CONNECTIONS:
         return urls

@@ -178,7 +178,8 @@ class Agent:
     """What a run started under another version of this agent does when a step of this one
     would replay its journal: `continue` (replay it, every side effect settled through its
     recorded action), `park` (wait in needs_attention until a person allows this version or
-    cancels the run) or `fail` (reason version_changed). README, "Deploying a new release"."""
+    cancels the run) or `fail` (reason version_changed). docs/operations.md, "Deploying a new
+    release"."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not AGENT_NAME.match(self.name):

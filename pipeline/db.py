@@ -167,8 +167,8 @@ def connect_args(settings: Settings) -> dict[str, object]:
     session idle inside a transaction for a lease, so a worker cut off mid-transaction does
     not keep its run's row locked (a takeover would wait for the partition to heal). A pooler
     drops that startup option (PgBouncer: `ignore_startup_parameters = options`): the role's
-    own setting then applies (README). Nothing is prepared until the connection is known to
-    be PostgreSQL's own session (PREPARE_THRESHOLD)."""
+    own setting then applies (docs/operations.md). Nothing is prepared until the connection is
+    known to be PostgreSQL's own session (PREPARE_THRESHOLD)."""
     lease_ms = int(settings.lease_seconds * 1000)
     return {
         "prepare_threshold": None,

@@ -56,8 +56,8 @@ def _unprivileged() -> dict[str, object]:
 
 class PgBouncer:
     """Debian's PgBouncer in transaction mode in front of the PostgreSQL `url` names, with the
-    settings the README gives, and so few server connections that consecutive transactions of
-    one client connection run on different server connections."""
+    settings docs/operations.md gives, and so few server connections that consecutive
+    transactions of one client connection run on different server connections."""
 
     def __init__(self, url: str, *, pool_size: int = 2) -> None:
         self.target = urlsplit(url)

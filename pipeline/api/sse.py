@@ -83,7 +83,7 @@ EVENT = {
 }
 OPENAPI_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "A stream of Server-Sent Events (see the README: live progress).",
+        "description": "A stream of Server-Sent Events (see docs/api.md: live progress).",
         "content": {MEDIA_TYPE: {"schema": EVENT}},
     }
 }

@@ -79,7 +79,7 @@ def verify(
     if given.startswith(_OLD_PREFIX):
         raise BadSignature(
             f"{SIGNATURE_HEADER} uses the old scheme (timestamp and body only); sign the "
-            "timestamp, method, path and body and send v2=<hex> (see the README)"
+            "timestamp, method, path and body and send v2=<hex> (see docs/api.md)"
         )
     expected = signature(secret, timestamp, method, path, body)
     # Compare as bytes: compare_digest refuses non-ASCII str, and that must be a 401, not a 500.

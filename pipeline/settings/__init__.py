@@ -1,6 +1,6 @@
 """Every setting nightshift has, declared once (`declared.py`, each field a `setting(...)`:
 its variable, type, default, bounds, whether it is a secret, one line of help): `Settings`,
-its parsing, validation, the repr's redaction and README.md's configuration table all come
+its parsing, validation, the repr's redaction and docs/configuration.md's settings table all come
 from the declaration. This package is the one place that reads the process environment."""
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ _ATTRIBUTE_OF = {option.variable: name for name, option in _OPTIONS.items()}
 """Variables tools may need that Settings reads (a test's Settings may differ from os.environ)."""
 
 
-def readme_table() -> str:
-    """README.md's configuration table (`python -m pipeline.settings` prints it)."""
+def settings_table() -> str:
+    """docs/configuration.md's settings table (`python -m pipeline.settings` prints it)."""
     return o.markdown_table(list(declared_options().values()))
 
 

@@ -1,6 +1,6 @@
-"""`python -m pipeline.settings` prints README.md's configuration table, generated from the
+"""`python -m pipeline.settings` prints docs/configuration.md's settings table, generated from the
 declaration in `pipeline.settings.Settings`."""
 
-from pipeline.settings import readme_table
+from pipeline.settings import settings_table
 
-print(readme_table(), end="")
+print(settings_table(), end="")

@@ -1,6 +1,7 @@
 """The declaration table: one `setting(...)` per variable nightshift reads (its type,
-default, bounds, whether it is a secret, one line of help), in the order README.md's table
-lists them. `Settings` (pipeline/settings/__init__.py) adds what is derived from them."""
+default, bounds, whether it is a secret, one line of help), in the order
+docs/configuration.md's table lists them. `Settings` (pipeline/settings/__init__.py) adds what is
+derived from them."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class Declared:
     database_url: str | None = setting(
         "NIGHTSHIFT_DATABASE_URL", None,
         "PostgreSQL, e.g. `postgresql://user:pw@db:5432/nightshift`; several hosts, a pooler "
-        "and the other forms: README's *PostgreSQL URLs*",
+        "and the other forms: docs/operations.md, *PostgreSQL URLs*",
         parse=postgres_url, shown="embedded",
     )
     database_direct_url: str | None = setting(

@@ -27,7 +27,7 @@ MIN_SECRET_LENGTH = 16
 
 @dataclass(frozen=True)
 class Option:
-    """One environment variable: what the README's configuration table shows of it."""
+    """One environment variable: what docs/configuration.md's table shows of it."""
 
     variable: str
     help: str
@@ -235,7 +235,7 @@ def shown_in_repr(value: object) -> str:
 
 
 def markdown_table(options: list[Option]) -> str:
-    """The README's configuration table."""
+    """docs/configuration.md's settings table."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     rows += [f"| `{o.variable}` | {o.shown_default} | {o.help} |" for o in options]
     return "\n".join(rows) + "\n"

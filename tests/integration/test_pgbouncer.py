@@ -1,6 +1,7 @@
-"""A night through PgBouncer in transaction mode (Debian's package, the README's settings), with
-a worker SIGKILLed mid-night and replaced: every run succeeds, each report email is sent once,
-and no worker meets a prepared statement another server connection does not have.
+"""A night through PgBouncer in transaction mode (Debian's package, docs/operations.md's
+settings), with a worker SIGKILLed mid-night and replaced: every run succeeds, each report
+email is sent once, and no worker meets a prepared statement another server connection
+does not have.
 
 The pool has two server connections for two workers, beat and this process: consecutive
 transactions of one client connection run on different server connections, so anything that
@@ -35,7 +36,7 @@ def pgbouncer(
 ) -> Iterator[PgBouncer]:
     """PgBouncer in front of this test's database; every process of the test goes through it.
     The idle-in-transaction timeout nightshift sends as a startup option is dropped by the
-    pooler, so the database carries it, as the README says to do for the role."""
+    pooler, so the database carries it, as docs/operations.md says to do for the role."""
     database = str(make_url(db_url).database)
     with psycopg.connect(services.admin_conninfo(database), autocommit=True) as connection:
         connection.execute(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import PermanentError, SettingsError
-from pipeline.settings import Settings, approvers_variable, declared_options, readme_table
+from pipeline.settings import Settings, approvers_variable, declared_options, settings_table
 
 
 def test_defaults_leave_urls_unset_for_the_embedded_services(tmp_path) -> None:
@@ -169,18 +169,18 @@ def test_a_tool_setting_a_tool_needs_counts_as_set_from_the_file_or_the_environm
     assert not settings.is_set("NIGHTSHIFT_CONFIG_ACME_TOKEN")
 
 
-def readme_settings_table() -> str:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = readme.index("<!-- settings table:")
-    begin = readme.index("\n", start) + 1
-    return readme[begin : readme.index("<!-- end of settings table -->", begin)]
+def documented_settings_table() -> str:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    start = doc.index("<!-- settings table:")
+    begin = doc.index("\n", start) + 1
+    return doc[begin : doc.index("<!-- end of settings table -->", begin)]
 
 
-def test_the_readme_table_is_the_declaration() -> None:
-    # The README's table is generated (`python -m pipeline.settings`), so any change to a
-    # setting's variable, default, help or secrecy that is not regenerated fails here.
-    assert readme_settings_table() == readme_table(), (
-        "README.md's settings table differs from pipeline/settings: regenerate it with "
+def test_the_documented_table_is_the_declaration() -> None:
+    # docs/configuration.md's table is generated (`python -m pipeline.settings`), so any change
+    # to a setting's variable, default, help or secrecy that is not regenerated fails here.
+    assert documented_settings_table() == settings_table(), (
+        "docs/configuration.md's settings table differs from pipeline/settings: regenerate it with "
         "`python -m pipeline.settings` and paste it between the markers"
     )
 
