@@ -6,6 +6,7 @@ responder gives (refusal, pause_turn, stop_sequence)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pipeline.sandbox.base import SandboxServer, seconds_field
-from pipeline.sandbox.prompt_cache import PromptCache
+from pipeline.sandbox.prompt_cache import PromptCache, block_tokens, prefix_blocks
+from pipeline.sandbox.rate_limits import RateLimits
 from pipeline.sandbox.responders import Responder, content_blocks, default_responder, new_id
 from pipeline.sandbox.transport import Hangup, Rejected, Request, Response
 
@@ -46,7 +48,10 @@ class MessagesSandbox(SandboxServer):
     {"seconds"}`; `POST /_control/outage {"status": 529 | 429 | 5xx, "seconds",
     "retry_after"?}` answers every request with that status (and a `retry-after` header) for
     that long (0: the provider answers again now); `GET /_control/stats` -> `{"requests",
-    "faults_served", "faults_queued", "outage_seconds_left"}`.
+    "faults_served", "faults_queued", "outage_seconds_left", "rate_limits", "rate_limited"}`;
+    `POST /_control/rate_limits {"requests_per_minute"?, "input_tokens_per_minute"?,
+    "output_tokens_per_minute"?}` puts a provider's limits in force
+    (pipeline/sandbox/rate_limits.py: 429 with `retry-after` past them; `{}` lifts them).
     """
 
     service = "messages"
@@ -59,6 +64,7 @@ class MessagesSandbox(SandboxServer):
         timeout_seconds: float = 5.0,
         log_path: str | os.PathLike[str] | None = None,
         prompt_cache: PromptCache | None = None,
+        rate_limits: dict[str, float] | None = None,
     ) -> None:
         super().__init__(log_path=log_path)
         self.responder = responder
@@ -70,11 +76,14 @@ class MessagesSandbox(SandboxServer):
         self._requests = self._faults_served = 0
         self._outage: _Outage | None = None
         self._lock = threading.Lock()
+        self.rate_limits = RateLimits()
+        self.rate_limits.set(**(rate_limits or {}))
         self._responder_lock = threading.Lock()  # scripted responders need not be thread-safe
         self.route("POST", "/v1/messages", self._create)
         self.route("POST", "/_control/faults", self._queue_faults)
         self.route("POST", "/_control/latency", self._set_delay)
         self.route("POST", "/_control/outage", self._start_outage)
+        self.route("POST", "/_control/rate_limits", self._set_rate_limits)
         self.route("GET", "/_control/stats", lambda _: Response(200, self.stats()))
 
     def inject(self, faults: Iterable[Fault]) -> None:
@@ -105,6 +114,7 @@ class MessagesSandbox(SandboxServer):
                 "faults_served": self._faults_served,
                 "faults_queued": len(self._faults),
                 "outage_seconds_left": round(left, 3),
+                **self.rate_limits.stats(),
             }
 
     def reset(self) -> None:
@@ -112,6 +122,7 @@ class MessagesSandbox(SandboxServer):
         with self._lock:
             self._faults.clear()
             self._outage = None
+        self.rate_limits.set()
 
     def error_body(self, status: int, message: str, extra: dict[str, Any]) -> Any:
         kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
@@ -148,6 +159,10 @@ class MessagesSandbox(SandboxServer):
             raise Rejected(fault, f"injected {ERROR_TYPES.get(fault, 'error')} ({fault})")
         try:
             _validate(request)
+            limited = self.rate_limits.admit(sum(map(block_tokens, prefix_blocks(body))))
+            if limited is not None:
+                self.record(**seen, status=429, fault="rate_limit", stop_reason=None)
+                return _rate_limited(*limited)
             with self._responder_lock:
                 message = self._complete(self.responder(body), body)
         except Exception as e:  # a refusal, or a responder that failed: a 500 to the client
@@ -162,6 +177,7 @@ class MessagesSandbox(SandboxServer):
             max_tokens=body["max_tokens"],
             usage=message["usage"],
         )
+        self.rate_limits.charge_output(message["usage"]["output_tokens"])
         return Response(200, message, {"request-id": new_id("req")})
 
     def _complete(self, reply: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -201,6 +217,13 @@ class MessagesSandbox(SandboxServer):
             raise Rejected(400, str(e)) from None
         return Response(200, self.stats())
 
+    def _set_rate_limits(self, request: Request) -> Response:
+        try:
+            self.rate_limits.set(**request.json_object())
+        except (TypeError, ValueError) as e:
+            raise Rejected(400, str(e)) from None
+        return Response(200, self.stats())
+
     def _start_outage(self, request: Request) -> Response:
         try:
             self.outage(*_Outage.of(request.json_object()))
@@ -231,6 +254,13 @@ class _Outage:
             raise Rejected(400, "'status' must be an HTTP status (429 or 5xx)")
         after = seconds_field(body, "retry_after") if "retry_after" in body else None
         return status, seconds_field(body, "seconds"), after
+
+
+def _rate_limited(limit: str, wait: float) -> Response:
+    """The API's answer past a limit: 429, rate_limit_error, whole seconds in retry-after."""
+    message = f"This request would exceed your organization's rate limit ({limit})"
+    body = {"type": "error", "error": {"type": ERROR_TYPES[429], "message": message}}
+    return Response(429, body, {"retry-after": str(max(1, math.ceil(wait)))})
 
 
 def _validate(request: Request) -> None:

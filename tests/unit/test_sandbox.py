@@ -346,7 +346,8 @@ def test_messages_api_faults_raise_the_sdk_errors(messages: MessagesSandbox) -> 
     assert reply.stop_reason == "end_turn"
     assert overloaded["status"] == 529
     assert messages.stats() == {
-        "requests": 7, "faults_served": 6, "faults_queued": 0, "outage_seconds_left": 0.0
+        "requests": 7, "faults_served": 6, "faults_queued": 0, "outage_seconds_left": 0.0,
+        "rate_limits": {}, "rate_limited": 0,
     }  # fmt: skip
     assert [e["fault"] for e in read_log(messages.log.path)] == [*faults, None]
 
