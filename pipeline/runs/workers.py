@@ -8,12 +8,12 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import func, update
+from sqlalchemy import Connection, func, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from models import WorkerHeartbeat
-from pipeline.db import transaction
+from pipeline.db import get_engine
 from pipeline.logs import get_logger
 from pipeline.reachability import DATABASE
 
@@ -24,8 +24,8 @@ def heartbeat(name: str, queues: Sequence[str]) -> None:
     """Record that the worker `name` is alive and consumes `queues`."""
     now = func.now()
     values = {"queues": list(queues), "hostname": socket.gethostname(), "pid": os.getpid()}
-    with transaction() as session:
-        session.execute(
+    with _autocommit() as connection:
+        connection.execute(
             insert(WorkerHeartbeat)
             .values(name=name, started_at=now, last_seen_at=now, **values)
             .on_conflict_do_update(
@@ -36,9 +36,16 @@ def heartbeat(name: str, queues: Sequence[str]) -> None:
 
 
 def stopped(name: str) -> None:
-    with transaction() as session:
+    with _autocommit() as connection:
         named = WorkerHeartbeat.name == name
-        session.execute(update(WorkerHeartbeat).where(named).values(stopped_at=func.now()))
+        connection.execute(update(WorkerHeartbeat).where(named).values(stopped_at=func.now()))
+
+
+def _autocommit() -> Connection:
+    """One statement, committed as it runs: a beat is never a transaction left open between
+    round trips. A worker frozen there (SIGSTOP, a paused VM) would hold it idle in
+    transaction until PostgreSQL ends the session (idle_in_transaction_session_timeout)."""
+    return get_engine().connect().execution_options(isolation_level="AUTOCOMMIT")
 
 
 class Presence:
