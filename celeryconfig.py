@@ -58,6 +58,7 @@ def from_settings(settings: Settings) -> dict[str, Any]:
     """The Celery settings that follow nightshift's own."""
     broker = configured_broker_url(settings)
     visibility = {"visibility_timeout": settings.visibility_timeout}
+    transport = {**visibility, **sentinel_options(settings)}
     return {
         "broker_url": broker,
         "result_backend": broker,
@@ -67,8 +68,8 @@ def from_settings(settings: Settings) -> dict[str, Any]:
         # and its task returns by then; Celery's hard limit, which only prefork enforces, is a
         # backstop behind it, and a soft limit would raise an Exception that an agent's
         # `except Exception` could swallow.
-        "broker_transport_options": visibility,
-        "result_backend_transport_options": visibility,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
         "task_time_limit": settings.step_hard_limit,
         # Task events cost a Redis PUBLISH each (received, started, succeeded, and sent by the
         # sender) on every step, whether anyone listens or not. Flower needs none of them
@@ -94,6 +95,18 @@ def from_settings(settings: Settings) -> dict[str, Any]:
         "task_annotations": {"pipeline.step": {"max_retries": settings.worker_lost_max_retries}},
         "beat_schedule": beat_entries(settings),
     }
+
+
+def sentinel_options(settings: Settings) -> dict[str, Any]:
+    """Through Redis Sentinel (a `sentinel://` broker URL), what kombu's transport and Celery's
+    result backend need besides the URL: the master's name, and the sentinels' own password.
+    Both ask the sentinels for the master on every new connection, so they follow a failover."""
+    if not settings.broker_sentinel_master:
+        return {}
+    options: dict[str, Any] = {"master_name": settings.broker_sentinel_master}
+    if settings.broker_sentinel_password:
+        options["sentinel_kwargs"] = {"password": settings.broker_sentinel_password}
+    return options
 
 
 @cache

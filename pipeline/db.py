@@ -11,12 +11,14 @@ from threading import Lock
 from typing import Any
 
 import psycopg
+import redis
+from redis.sentinel import Sentinel
 from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 import pipeline.embedded as embedded
-from pipeline.settings import Settings, get_settings, postgres_urls
+from pipeline.settings import Settings, broker_urls, get_settings, postgres_urls
 
 _lock = Lock()
 _engines: dict[tuple[int, str], Engine] = {}
@@ -61,6 +63,29 @@ def conninfo(settings: Settings | None = None) -> str:
 def broker_url(settings: Settings | None = None) -> str:
     settings = settings or get_settings()
     return settings.broker_url or _embedded(settings)["redis"]
+
+
+def broker_client(settings: Settings | None = None, *, timeout: float) -> redis.Redis:
+    """A client of the broker's Redis for nightshift's own commands outside Celery (queue
+    depth, health), each with `timeout`. Through Sentinel it asks the sentinels for the master
+    on each new connection, as kombu's transport does, so it follows a failover too."""
+    settings = settings or get_settings()
+    url = broker_url(settings)
+    if not broker_urls.is_sentinel(url):
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    sentinels = broker_urls.sentinels_of(url)
+    timeouts: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    watchers = Sentinel(
+        list(sentinels.addresses),
+        sentinel_kwargs={**timeouts, "password": settings.broker_sentinel_password},
+        **timeouts,
+    )
+    return watchers.master_for(
+        settings.broker_sentinel_master or "",
+        db=sentinels.db,
+        username=sentinels.username,
+        password=sentinels.password,
+    )
 
 
 def get_engine(url: str | None = None) -> Engine:

@@ -293,8 +293,11 @@ def redact_url(url: str) -> str:
 
     A lone user name stays for databases and brokers (it says which account); on the web a
     lone user part is a token (`https://TOKEN@host`) and is hidden too, and so is a path
-    segment that may be one (`https://hooks.slack.com/services/T0/B0/***`).
+    segment that may be one (`https://hooks.slack.com/services/T0/B0/***`). A list of
+    sentinels (`sentinel://:pw@a:26379;sentinel://:pw@b:26379`) is redacted address by address.
     """
+    if url.startswith("sentinel://") and ";" in url:
+        return ";".join(redact_url(piece) for piece in url.split(";"))
     try:
         parts = urlsplit(url)
     except ValueError:

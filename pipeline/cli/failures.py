@@ -18,7 +18,7 @@ import pipeline.embedded as embedded
 from pipeline.db import dispose_all, started_here
 from pipeline.errors import Unavailable
 from pipeline.reachability import is_database_outage
-from pipeline.settings import Settings, get_settings, postgres_urls
+from pipeline.settings import Settings, broker_urls, get_settings, postgres_urls
 
 LONG_RUNNING = frozenset({"services", "worker", "beat", "flower", "api", "demo", "chaos"})
 """Commands that keep (or hand on) the embedded services they start; every other command
@@ -91,6 +91,11 @@ def following(scope: str, ident: object) -> Iterator[None]:
 def _broker(settings: Settings) -> str:
     if settings.broker_url is None:
         return f"the embedded Redis in {settings.data_dir}"
+    if broker_urls.is_sentinel(settings.broker_url):
+        return (
+            f"the broker {settings.broker_sentinel_master!r} through the sentinels at "
+            f"{broker_urls.sentinels_of(settings.broker_url)} (NIGHTSHIFT_BROKER_URL)"
+        )
     parts = urlsplit(settings.broker_url)
     return f"the broker at {_host(parts.hostname, parts.port)} (NIGHTSHIFT_BROKER_URL)"
 
@@ -103,8 +108,10 @@ def _reason(exc: BaseException, settings: Settings) -> str:
     """The driver's own reason, e.g. "Connection refused", without the URL's password."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     reason = first.rsplit("failed: ", 1)[-1].strip()
-    for url in (settings.database_url, settings.broker_url):
-        password = urlsplit(url).password if url else None
+    passwords = [
+        urlsplit(url).password for url in (settings.database_url, settings.broker_url) if url
+    ]
+    for password in [*passwords, settings.broker_sentinel_password]:
         if password:
             reason = reason.replace(password, "***")
     return reason

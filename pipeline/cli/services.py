@@ -69,12 +69,18 @@ def cmd_services(args: argparse.Namespace) -> int:
 def _print_env() -> int:
     """`export` lines with the real URLs, passwords included, for a plain client's shell:
     `eval "$(nightshift services env)"`. On the embedded default it starts what is not running."""
-    for name, url in (
+    settings = get_settings()
+    for name, value in (
         ("NIGHTSHIFT_DATABASE_URL", database_url()),
         ("NIGHTSHIFT_BROKER_URL", broker_url()),
-        ("NIGHTSHIFT_QUEUE", get_settings().queue),
+        # Through Sentinel a Celery client also needs the master's name (and the sentinels'
+        # password): its broker_transport_options and result_backend_transport_options.
+        ("NIGHTSHIFT_BROKER_SENTINEL_MASTER", settings.broker_sentinel_master),
+        ("NIGHTSHIFT_BROKER_SENTINEL_PASSWORD", settings.broker_sentinel_password),
+        ("NIGHTSHIFT_QUEUE", settings.queue),
     ):
-        print(f"export {name}={shlex.quote(url)}")
+        if value:
+            print(f"export {name}={shlex.quote(value)}")
     return 0
 
 

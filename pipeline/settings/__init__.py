@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.errors import SettingsError
 from pipeline.prices import ModelPrice, PriceTable
 from pipeline.process_wide import ProcessWide
+from pipeline.settings import broker_urls
 from pipeline.settings import options as o
 from pipeline.settings.declared import (  # noqa: F401 (DEFAULT_MODEL, SECRET_ROW re-exported)
     DEFAULT_MODEL,
@@ -44,6 +45,17 @@ class Settings(Declared):
     user's tool needs that nightshift does not declare."""
 
     def __post_init__(self) -> None:
+        sentinel = self.broker_url is not None and broker_urls.is_sentinel(self.broker_url)
+        if sentinel and not self.broker_sentinel_master:
+            raise SettingsError(
+                "NIGHTSHIFT_BROKER_URL names sentinels: set NIGHTSHIFT_BROKER_SENTINEL_MASTER to "
+                "the master's name they monitor (their `sentinel monitor NAME ...` line)"
+            )
+        if self.broker_sentinel_master and not sentinel:
+            raise SettingsError(
+                "NIGHTSHIFT_BROKER_SENTINEL_MASTER is set but NIGHTSHIFT_BROKER_URL names no "
+                f"sentinels (it must look like {broker_urls.SENTINELS_EXAMPLE})"
+            )
         if self.visibility_timeout <= self.step_hard_limit:
             raise SettingsError(
                 "NIGHTSHIFT_VISIBILITY_TIMEOUT must be above NIGHTSHIFT_STEP_TIME_LIMIT plus the "

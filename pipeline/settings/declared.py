@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pipeline.settings.options as o
 from pipeline.prices import ModelPrice
+from pipeline.settings.broker_urls import broker_url
 from pipeline.settings.options import setting
 from pipeline.settings.postgres_urls import postgres_url
 from pipeline.settings.service_config import (
@@ -44,8 +45,19 @@ class Declared:
         parse=postgres_url, shown="the database URL",
     )
     broker_url: str | None = setting(
-        "NIGHTSHIFT_BROKER_URL", None, "Redis for Celery, e.g. `redis://redis:6379/0`",
-        parse=o.redis_url, shown="embedded",
+        "NIGHTSHIFT_BROKER_URL", None,
+        "Redis for Celery, e.g. `redis://redis:6379/0` (`rediss://` for TLS), or its sentinels, "
+        "`sentinel://s1:26379;sentinel://s2:26379` (docs/redis-sentinel.md)",
+        parse=broker_url, shown="embedded",
+    )
+    broker_sentinel_master: str | None = setting(
+        "NIGHTSHIFT_BROKER_SENTINEL_MASTER", None, parse=o.text,
+        help="the master's name the sentinels know (their `sentinel monitor NAME ...`); "
+        "required with a `sentinel://` broker URL",
+    )
+    broker_sentinel_password: str | None = setting(
+        "NIGHTSHIFT_BROKER_SENTINEL_PASSWORD", None, parse=o.text, secret=True,
+        help="the sentinels' own password, when they have one (the master's goes in the URL)",
     )
     data_dir: Path = setting(
         "NIGHTSHIFT_DATA_DIR", None, "embedded services, beat's file, metrics",

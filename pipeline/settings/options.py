@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import Field, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
@@ -176,16 +175,6 @@ def timezone(name: str, raw: str) -> str:
         raise SettingsError(
             f"{name} must be an IANA timezone like Europe/Berlin (got {raw!r})"
         ) from None
-    return raw
-
-
-def redis_url(name: str, raw: str) -> str:
-    parts = urlsplit(raw)
-    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-        raise SettingsError(
-            f"{name} must look like redis://host:6379/0 (got a value with scheme "
-            f"{parts.scheme or 'none'!r} and host {parts.hostname or 'none'!r})"
-        )
     return raw
 
 

@@ -35,7 +35,7 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from models import Action, ActionState, Resumption, Run, RunStatus
-from pipeline.db import broker_url, read_only
+from pipeline.db import broker_client, read_only
 from pipeline.settings import Settings, get_settings
 
 # Resends the action protocol made on purpose, each for a reason that makes it safe.
@@ -187,9 +187,7 @@ def queue_depth(settings: Settings) -> int | None:
 def queue_lengths(settings: Settings, queues: Sequence[str]) -> dict[str, int] | None:
     """LLEN of each queue in one round trip; None when Redis cannot be reached."""
     try:
-        client = redis.Redis.from_url(
-            broker_url(settings), socket_timeout=2, socket_connect_timeout=2
-        )
+        client = broker_client(settings, timeout=2)
         try:
             pipe = client.pipeline(transaction=False)
             for queue in queues:

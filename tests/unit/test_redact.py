@@ -42,6 +42,10 @@ from pipeline.settings import Settings
             "postgresql://app@db/nightshift_contract_12345",
             "postgresql://app@db/nightshift_contract_12345",
         ),
+        (
+            "sentinel://:s3cret@s1:26379/0;sentinel://:s3cret@s2:26380/0",
+            "sentinel://:***@s1:26379/0;sentinel://:***@s2:26380/0",
+        ),
     ],
 )
 def test_a_url_keeps_where_it_points_and_loses_its_secrets(url: str, shown: str) -> None:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import psycopg
-import redis
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
@@ -15,7 +14,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pipeline.api.guards import require_metrics_token
-from pipeline.db import broker_url, conninfo
+from pipeline.db import broker_client, conninfo
 from pipeline.settings import Settings, get_settings
 from pipeline.views.gauges import DatabaseGauges
 
@@ -75,11 +74,7 @@ def _database() -> None:
 
 
 def _broker() -> None:
-    client = redis.Redis.from_url(
-        broker_url(get_settings()),
-        socket_timeout=HEALTH_TIMEOUT_SECONDS,
-        socket_connect_timeout=HEALTH_TIMEOUT_SECONDS,
-    )
+    client = broker_client(get_settings(), timeout=HEALTH_TIMEOUT_SECONDS)
     try:
         client.ping()
     finally:
