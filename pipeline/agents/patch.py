@@ -152,8 +152,21 @@ def propose_fix(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
 
 
 def _pr_key(args: dict[str, Any], context: ToolContext) -> str:
-    """One pull request per repository and branch: `patch:acme/shop:patch/issue-7`."""
-    return f"{args['repo']}:{args['branch']}"
+    """One pull request per repository and branch: `patch:acme/shop:patch/issue-7`, both from
+    the run's issue (its input), never from the model's arguments: a model that names another
+    issue's branch cannot take that issue's key."""
+    return f"{context.run_input['repo']}:{_branch(context)}"
+
+
+def _check_pull_request(args: dict[str, Any], context: ToolContext) -> None:
+    """Before the pull request is recorded for approval: it is for this run's repository and
+    issue branch (a reviewer is never asked to open one for another issue)."""
+    ours = (context.run_input["repo"], _branch(context))
+    if (args["repo"], args["branch"]) != ours:
+        raise PermanentError(
+            f"refused: this run may open a pull request only for {ours[1]} of {ours[0]}, "
+            f"not {args['branch']} of {args['repo']}; nothing was proposed"
+        )
 
 
 @tool(
@@ -176,7 +189,9 @@ def _pr_key(args: dict[str, Any], context: ToolContext) -> str:
         "additionalProperties": False,
     },
     # The git host refuses a second open pull request for a branch and can be asked for it.
-    side_effect=SideEffect(service="githost", key=_pr_key, lookup=find_open_pull),
+    side_effect=SideEffect(
+        service="githost", key=_pr_key, lookup=find_open_pull, check=_check_pull_request
+    ),
     needs=(GITHOST, GIT_URL),
     requires_approval=True,
     # A code reviewer opens pull requests; a deployment names them on its workers with
@@ -184,11 +199,7 @@ def _pr_key(args: dict[str, Any], context: ToolContext) -> str:
     approvers=(REVIEWER,),
 )
 def open_fix_pull_request(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    if (args["repo"], args["branch"]) != (context.run_input["repo"], _branch(context)):
-        raise PermanentError(
-            f"this run may open a pull request only for {_branch(context)} of "
-            f"{context.run_input['repo']}"
-        )
+    _check_pull_request(args, context)  # an action an older release recorded unchecked
     repository = _repository(context)
     with repository.locked():
         repository.fetch()
