@@ -4,6 +4,7 @@ cookie and a CSRF token. One test drives headless Chromium."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from tests.integration.api_fixtures import (
     PR_KEY,
     TOKEN,
     action_row,
+    as_seen,
     audit_trail,
     client,
     live_server,
@@ -122,7 +124,7 @@ def test_the_page_decides_once_as_the_signed_in_person(page_client: TestClient) 
     assert PR_KEY in overview and 'value="approve"' in overview
 
     # when the person approves it (and the form is sent twice)
-    form = {"decision": "approve", "csrf": csrf, "note": "ship it"}
+    form = {"decision": "approve", "csrf": csrf, "note": "ship it", **as_seen()}
     first = page_client.post(ACTION_PAGE, data=form, follow_redirects=False)
     again = page_client.post(ACTION_PAGE, data=form, follow_redirects=False)
 
@@ -142,7 +144,7 @@ def test_the_page_decides_once_as_the_signed_in_person(page_client: TestClient) 
     assert run_row(run_id).status == RunStatus.RUNNING
     assert "already been decided" in page_client.get(again.headers["location"]).text
     # and rejecting it afterwards is refused on the page
-    late = page_client.post(ACTION_PAGE, data={"decision": "reject", "csrf": csrf})
+    late = page_client.post(ACTION_PAGE, data={"decision": "reject", "csrf": csrf, **as_seen()})
     assert late.status_code == 409 and "already decided" in late.text
 
 
@@ -420,7 +422,8 @@ def test_a_trusted_proxy_signs_people_in_only_when_switched_on(db_url: str) -> N
     assert page.url.path == "/ui" and "alice@example.com" in page.text
     csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
     assert csrf is not None
-    decided = proxied.post(ACTION_PAGE, data={"decision": "approve", "csrf": csrf.group(1)})
+    form = {"decision": "approve", "csrf": csrf.group(1), **as_seen()}
+    decided = proxied.post(ACTION_PAGE, data=form)
     assert decided.status_code == 200
     assert action_row().decided_by == "alice@example.com"
     # and when the proxy says someone else, the old session no longer counts
@@ -521,3 +524,30 @@ def test_an_approval_of_an_action_that_changed_since_the_page_showed_it_is_refus
         ACTION_PAGE, data={**form, "args_hash": shown.args_hash or ""}, follow_redirects=False
     )
     assert ok.status_code == 303 and action_row().state == ActionState.INTENDED
+
+
+def test_a_decision_from_a_form_that_names_no_run_or_arguments_is_refused(
+    page_client: TestClient,
+) -> None:
+    # given a pending approval and a signed-in approver
+    park_on_approval()
+    csrf = sign_in(page_client)
+    seen = as_seen()
+    # when a form approves or rejects it with a blank run_id or args_hash, or neither
+    forms = [
+        {"decision": "approve"},
+        {"decision": "reject", "run_id": "", "args_hash": ""},
+        {"decision": "approve", "run_id": seen["run_id"], "args_hash": ""},
+        {"decision": "approve", "run_id": "", "args_hash": seen["args_hash"]},
+    ]
+    answers = [page_client.post(ACTION_PAGE, data={**form, "csrf": csrf}) for form in forms]
+    # then each is refused as the webhook refuses it (422), in one line naming both fields
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        error = re.search(r'<p class="error" role="alert">([^<]*)</p>', answer.text)
+        said = html.unescape(error.group(1)) if error else answer.text
+        assert "'run_id'" in said and "'args_hash'" in said and "\n" not in said
+    # and nothing was decided: the action still waits for an approval as seen
+    assert action_row().state == ActionState.PENDING_APPROVAL
+    bad_hash = {"decision": "approve", "csrf": csrf, "run_id": seen["run_id"], "args_hash": "x"}
+    assert page_client.post(ACTION_PAGE, data=bad_hash).status_code == 422

@@ -3,6 +3,7 @@ what happened to a send whose outcome nobody knows, or retry a failed action."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ from pipeline.api.pages.base import (
     to_login,
 )
 from pipeline.api.words import as_seen_by
-from pipeline.errors import Invalid, Malformed, NightshiftError
+from pipeline.errors import Invalid, NightshiftError
 from pipeline.runs.decisions import Actor, Decision, Seen, decide, retry
 from pipeline.views.actions import show_action
 
@@ -78,7 +79,7 @@ async def decide_page(request: Request, key: str) -> Response:
         if decision == "retry":
             await run_in_threadpool(retry, key, actor, note)
             return RedirectResponse(f"/ui/actions/{quote(key, safe='')}?decided=retry", 303)
-        seen = _seen(fields)
+        seen = _seen(fields, decision)
         result = await run_in_threadpool(decide, key, decision, actor, note, seen)
     except NightshiftError as exc:
         try:
@@ -97,10 +98,23 @@ async def decide_page(request: Request, key: str) -> Response:
 _PAGE_DECISIONS = ("approve", "reject", "happened", "did_not_happen", "retry")
 
 
-def _seen(fields: dict[str, str]) -> Seen:
-    """The run and arguments the form showed (blank when the form predates them)."""
+_HASH = re.compile("^[0-9a-f]{64}$")
+
+
+def _seen(fields: dict[str, str], decision: str) -> Seen:
+    """The run and arguments the form showed. An approval or a rejection must name both, as
+    the webhook's must: a form without them (forged, or from a page older than them) would
+    decide whatever the key holds now."""
+    run_id, args_hash = fields.get("run_id") or "", fields.get("args_hash") or ""
+    if decision in (Decision.APPROVE, Decision.REJECT) and not (run_id and args_hash):
+        raise Invalid(
+            f"{decision} needs the run ('run_id') and the arguments' hash ('args_hash') the "
+            "action's page showed; reload the page and decide again"
+        )
     try:
-        run_id = uuid.UUID(fields["run_id"]) if fields.get("run_id") else None
+        seen_run = uuid.UUID(run_id) if run_id else None
     except ValueError:
-        raise Malformed("the form's run_id is not a run id") from None
-    return Seen(run_id, fields.get("args_hash") or None)
+        raise Invalid("the form's run_id is not a run id") from None
+    if args_hash and not _HASH.match(args_hash):
+        raise Invalid("the form's args_hash is not a SHA-256 hash")
+    return Seen(seen_run, args_hash or None)
