@@ -202,6 +202,12 @@ class Schedule:
         if "job" in fields:  # the first schedules files named the agent "job"
             fields.setdefault("agent", fields.pop("job"))
         name = fields.get("name", "?")
+        unknown = sorted(set(fields) - _ENTRY_FIELDS)
+        if unknown:  # a misspelt field would otherwise be dropped, and the schedule fire wrongly
+            raise ScheduleError(
+                f"schedule {name!r}: unknown field {', '.join(map(repr, unknown))}; "
+                f"the fields are {', '.join(sorted(_ENTRY_FIELDS))}"
+            )
         try:
             for window in ("catch_up", "deadline"):
                 if f"{window}_minutes" in fields:
@@ -308,6 +314,13 @@ class Schedule:
         if not days and not at.startswith("every"):
             days.append("every day")
         return " ".join([*days, at])
+
+
+_ENTRY_FIELDS = {f.name for f in dataclasses.fields(Schedule) if f.init} - {
+    "catch_up",
+    "deadline",
+} | {"catch_up_minutes", "deadline_minutes"}
+"""What a schedules-file entry may say (besides `enabled`, and `job`, the old name of agent)."""
 
 
 def _days(start: date, count: int, step: int = 1) -> Iterator[date]:

@@ -20,7 +20,7 @@ from pipeline.engine.notification_sender import deliver
 from pipeline.engine.sender_pool import senders
 from pipeline.engine.step import StepOutcome
 from pipeline.engine.time_limit import execute_bounded_step
-from pipeline.errors import DatabaseUnavailable, NightshiftError
+from pipeline.errors import DatabaseUnavailable, NightshiftError, ScheduleError
 from pipeline.logs import safe_log_lines
 from pipeline.reachability import BROKER, DATABASE
 from pipeline.registry import registry
@@ -40,6 +40,9 @@ from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
 
+BEAT_CONFIG_EXIT = 78
+"""Beat's exit status when its schedules are wrong (EX_CONFIG): a supervisor that restarts it
+meets the same file, so the status says it is configuration, not a crash."""
 REQUEUE_PAUSE_SECONDS = 1.0
 HANDOFF_PAUSE_SECONDS = 1.0
 """Between two deliveries of a step to workers without its agent."""
@@ -87,10 +90,16 @@ def _say_agents(**_: Any) -> None:
 @beat_init.connect
 def _store_schedules(**_: Any) -> None:
     """The schedules this beat fires by, stored for the workers that check them and for
-    `schedules list`: a worker without the schedules file fires what beat has."""
+    `schedules list`: a worker without the schedules file fires what beat has. A schedules
+    file that is wrong, or a schedule naming an agent nobody registered, stops beat here: it
+    would otherwise fire what an earlier beat stored, or fail that schedule every night."""
     try:
         ours = schedule_list.load_schedules()
         schedule_list.store_for_beat(ours, worker_id())
+    except ScheduleError as exc:
+        log.critical("beat stops: %s", exc)
+        # SystemExit, not an Exception: Celery's signal dispatch would log one and go on.
+        raise SystemExit(BEAT_CONFIG_EXIT) from None
     except (NightshiftError, SQLAlchemyError) as exc:
         log.error("beat could not store its schedules (workers check their own): %s", exc)
         return

@@ -16,7 +16,7 @@ from pipeline.cli.format import print_json, table
 from pipeline.db import transaction
 from pipeline.errors import NightshiftError
 from pipeline.registry import agent_names
-from pipeline.runs.schedule_list import ActiveSchedules, active_schedules
+from pipeline.runs.schedule_list import ActiveSchedules, active_schedules, load_schedules
 from pipeline.runs.schedules import check_schedules, fire
 from pipeline.runs.schedules import log as decisions_log
 
@@ -59,6 +59,9 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    # What beat stored is listed, but a schedules file here that beat would refuse is an error
+    # here too (a ScheduleError: one line, exit 2), not a table that looks fine.
+    load_schedules()
     active = active_schedules()
     rows = schedule_rows(datetime.now(UTC), active)
     if args.json:

@@ -26,10 +26,13 @@ every run of its batch, must be finished this long after the slot; default none)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from json.decoder import JSONObject  # type: ignore[attr-defined]
+from json.scanner import py_make_scanner  # type: ignore[attr-defined]
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert
@@ -38,6 +41,7 @@ from beat_schedule import SCHEDULES
 from models import BeatSchedules
 from pipeline.db import transaction
 from pipeline.errors import ScheduleError, UnknownSchedule
+from pipeline.registry import agent_names
 from pipeline.settings import get_settings
 from pipeline.slots import Schedule
 
@@ -45,27 +49,67 @@ SCHEDULES_FILE_ENV = "NIGHTSHIFT_SCHEDULES_FILE"
 
 
 def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
-    """The shipped schedules, with the schedules file's additions and overrides."""
+    """The shipped schedules, with the schedules file's additions and overrides. A file that is
+    not what the module docstring says is a ScheduleError naming it, the line and the column."""
     path = path or get_settings().schedules_file
     if not path:
         return SCHEDULES
+    where = f"{SCHEDULES_FILE_ENV}={path}"
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ScheduleError(f"{SCHEDULES_FILE_ENV}={path} cannot be read: {exc}") from None
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ScheduleError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    located = _LocatedObjects()
+    try:
+        data = located.decode(text)
+    except json.JSONDecodeError as exc:
+        raise ScheduleError(
+            f"{where}, line {exc.lineno}, column {exc.colno}: not JSON: {exc.msg}"
+        ) from None
     entries = data.get("schedules") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ScheduleError(f"{SCHEDULES_FILE_ENV}={path} must hold a list of objects")
+        raise ScheduleError(
+            f'{where}, line 1, column 1: must hold a list of objects or {{"schedules": [...]}}'
+        )
     merged = {schedule.name: schedule for schedule in SCHEDULES}
     for entry in entries:
+        at = f"{where}, {located.position(text, entry)}"
         name = entry.get("name")
         if not isinstance(name, str):
-            raise ScheduleError(f"{SCHEDULES_FILE_ENV}={path}: an entry has no name")
-        if entry.get("enabled", True) is False:
-            merged.pop(name, None)
-        else:
-            merged[name] = Schedule.from_json(entry, base=merged.get(name))
+            raise ScheduleError(f"{at}: an entry has no name")
+        try:
+            if entry.get("enabled", True) is False:
+                merged.pop(name, None)
+            else:
+                merged[name] = Schedule.from_json(entry, base=merged.get(name))
+        except ScheduleError as exc:
+            raise ScheduleError(f"{at}: {exc}") from None
     return tuple(merged.values())
+
+
+class _LocatedObjects(json.JSONDecoder):
+    """A JSON decoder that remembers where each object began, so an entry's error can name its
+    line and column (the stdlib says where only for a syntax error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._starts: dict[int, int] = {}
+        self._objects: list[object] = []  # alive, so no id() is reused while we look them up
+        plain: Callable[..., tuple[Any, int]] = JSONObject
+
+        def parse_object(s_and_end: tuple[str, int], *args: Any) -> tuple[Any, int]:
+            value, end = plain(s_and_end, *args)
+            self._starts[id(value)] = s_and_end[1] - 1
+            self._objects.append(value)
+            return value, end
+
+        self.parse_object = parse_object
+        self.scan_once = py_make_scanner(self)  # the C scanner would not call parse_object
+
+    def position(self, text: str, value: object) -> str:
+        offset = self._starts.get(id(value), 0)
+        line = text.count("\n", 0, offset) + 1
+        return f"line {line}, column {offset - text.rfind(chr(10), 0, offset)}"
 
 
 @dataclass(frozen=True)
@@ -78,9 +122,24 @@ class ActiveSchedules:
     stored_at: datetime | None
 
 
+def refuse_unregistered(schedules: Iterable[Schedule]) -> None:
+    """A schedule naming an agent this process does not have would fail every slot at night:
+    it is refused before it is stored."""
+    known = agent_names()
+    for schedule in schedules:
+        if schedule.agent not in known:
+            raise ScheduleError(
+                f"schedule {schedule.name!r} names agent {schedule.agent!r}, which is not "
+                f"registered (registered: {', '.join(known) or 'none'}); install its package "
+                f"or set NIGHTSHIFT_AGENTS, or turn the schedule off in {SCHEDULES_FILE_ENV}"
+            )
+
+
 def store_for_beat(schedules: tuple[Schedule, ...], stored_by: str) -> None:
     """Beat, at start: the definitions it fires by become the ones every worker checks and
-    every `schedules list` shows, whether or not those processes have the schedules file."""
+    every `schedules list` shows, whether or not those processes have the schedules file.
+    Refused (ScheduleError, nothing stored) if one names an agent that is not registered."""
+    refuse_unregistered(schedules)
     definitions = [schedule.to_json() for schedule in schedules]
     row = {"id": 1, "definitions": definitions, "stored_by": stored_by}
     upsert = insert(BeatSchedules).values(row)

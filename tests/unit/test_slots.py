@@ -210,5 +210,10 @@ def test_a_bad_schedules_file_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(ScheduleError, match="'x'"):
         load_schedules(path)
     path.write_text("{not json")
-    with pytest.raises(ScheduleError, match="cannot be read"):
+    with pytest.raises(ScheduleError, match="line 1, column 2: not JSON"):
         load_schedules(path)
+    path.write_text('{"schedules": [\n  {"name": "y", "agent": "a"},\n  {"agent": "b"}]}')
+    with pytest.raises(ScheduleError, match="line 3, column 3: an entry has no name"):
+        load_schedules(path)
+    with pytest.raises(ScheduleError, match="cannot be read: No such file"):
+        load_schedules(tmp_path / "missing.json")
