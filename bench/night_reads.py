@@ -20,7 +20,8 @@ import records
 import scratch
 
 READ_TARGET = 1.0
-"""Seconds: `batches show` (beyond the command's own start) and the batch page answer within."""
+"""Seconds: `batches show` (beyond the command's own start), the batch page and /metrics
+answer within."""
 
 # One older night: a finished batch and its finished children, as the fan-out left them.
 _OLD_NIGHT = """
@@ -183,15 +184,18 @@ def print_reads(reads: Sequence[Reads]) -> None:
 
 def verdicts(reads: Sequence[Reads]) -> list[str]:
     """The targets at the most runs: `batches show`'s answer (its start, the same for any
-    batch and any database, is shown beside it) and the batch page, each under a second."""
+    batch and any database, is shown beside it), the batch page and /metrics, each under a
+    second."""
     if not reads:
         return []
     last = reads[-1]
-    answer = "met" if last.in_process < READ_TARGET else "MISSED"
-    page = "met" if last.page < READ_TARGET else "MISSED"
+
+    def met(seconds: float) -> str:
+        return f"{output.ms(seconds)} ({'met' if seconds < READ_TARGET else 'MISSED'})"
+
     return [
-        f"at {last.runs:,} runs: batches show answers in {output.ms(last.in_process)} ({answer},"
-        f" target < {READ_TARGET:g} s), the command in all {output.secs(last.command)}, of which"
+        f"at {last.runs:,} runs (targets < {READ_TARGET:g} s): batches show answers in"
+        f" {met(last.in_process)}, the command in all {output.secs(last.command)}, of which"
         f" its start is most (no such batch: {output.secs(last.command_unknown)});"
-        f" the batch page {output.ms(last.page)} ({page}, target < {READ_TARGET:g} s)",
+        f" the batch page {met(last.page)}; /metrics {met(last.metrics)}",
     ]

@@ -59,10 +59,14 @@ class Night:
     wall: float
     cpu_a_step: float
     redis_peak: int
-    """Bytes: the highest INFO used_memory sampled, less the level before."""
+    """Bytes: the most the side's queue and unacknowledged messages held at once."""
+    server_growth: int
+    """Bytes: the highest INFO used_memory sampled, less the level before (the whole server)."""
     queued_peak: int
     """The most step messages queued at once (LLEN of the side's queue)."""
     message_bytes: int
+    message_footprint: float
+    """Bytes Redis takes to keep one message queued."""
     db_bytes: dict[str, int]
     """Table (with its indexes and TOAST) -> bytes it grew by."""
     syntheses: int = 1
@@ -79,41 +83,67 @@ class Night:
 
 
 class RedisUse:
-    """Samples the broker every 0.1 s in a thread while open: the peak of INFO used_memory
-    above the level at the start (the whole server's: anything else using it shows too), and
-    the most messages queued on `queue`, with one message's size."""
+    """Samples the broker every 0.1 s in a thread while open: the peak of what the night's own
+    keys hold (its queue's list and kombu's `unacked` hash and index: the messages slots took
+    and have not acknowledged yet, MEMORY USAGE), the peak of the whole server's INFO
+    used_memory above the level at the start (other work on a shared server shows there too),
+    the most messages queued on `queue`, and one message's size, as sent and as Redis keeps
+    it in a list."""
+
+    FOOTPRINT_COPIES = 1000
 
     def __init__(self, url: str, queue: str) -> None:
         self.client = redis.Redis.from_url(url)
         self.queue = queue
-        self.peak = self.queued = self.message_bytes = 0
+        self.keys = [queue, "unacked", "unacked_index"]
+        self.peak = self.server_peak = self.queued = self.message_bytes = 0
+        self.message_footprint = 0.0
+        self._message = b""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> RedisUse:
-        self.before = self._used()
+        self.server_before = self._used()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self._message:
+            self.message_footprint = self._footprint(self._message)
         self.client.close()
 
     @property
-    def growth(self) -> int:
-        return max(0, self.peak - self.before)
+    def server_growth(self) -> int:
+        return max(0, self.server_peak - self.server_before)
 
     def _used(self) -> int:
         return int(self.client.info("memory")["used_memory"])
 
+    def _held(self) -> int:
+        return sum(int(self.client.memory_usage(key, samples=0) or 0) for key in self.keys)
+
     def _sample(self) -> None:
         while not self._stop.wait(0.1):
-            self.peak = max(self.peak, self._used())
+            self.server_peak = max(self.server_peak, self._used())
+            self.peak = max(self.peak, self._held())
             queued = int(self.client.llen(self.queue))
             self.queued = max(self.queued, queued)
-            if queued and not self.message_bytes:
-                self.message_bytes = len(self.client.lindex(self.queue, -1) or b"")
+            if queued and not self._message:
+                oldest = self.client.lindex(self.queue, -1)
+                self._message = oldest if isinstance(oldest, bytes) else b""
+                self.message_bytes = len(self._message)
+
+    def _footprint(self, message: bytes) -> float:
+        """Bytes Redis takes to keep one such message in a list (its own bytes and the list's
+        per-entry cost), from a scratch list of copies."""
+        scratch_key = "nsbench:footprint"
+        self.client.delete(scratch_key)
+        self.client.lpush(scratch_key, *[message] * self.FOOTPRINT_COPIES)
+        held = int(self.client.memory_usage(scratch_key, samples=0) or 0)
+        self.client.delete(scratch_key)
+        return held / self.FOOTPRINT_COPIES
 
 
 def table_bytes() -> dict[str, int]:
@@ -203,7 +233,8 @@ class Sides:
             )  # fmt: skip
         return Night(
             children, enqueue, wall, cpu.seconds.get("plain workers", 0.0) / self.hops(children),
-            broker.growth, broker.queued, broker.message_bytes,
+            broker.peak, broker.server_growth, broker.queued, broker.message_bytes,
+            broker.message_footprint,
             grown(before, table_bytes(), plain=True),
         )  # fmt: skip
 
@@ -250,7 +281,8 @@ class Sides:
             )  # fmt: skip
         night = Night(
             children, enqueue, wall, cpu.seconds.get("workers", 0.0) / self.hops(children),
-            broker.growth, broker.queued, broker.message_bytes,
+            broker.peak, broker.server_growth, broker.queued, broker.message_bytes,
+            broker.message_footprint,
             grown(before, table_bytes(), plain=False),
             syntheses=check_batch(batch[0], children), resent=since(resent, resumptions()),
         )  # fmt: skip
@@ -362,12 +394,15 @@ def report(
     )  # fmt: skip
     slots = processes * threads
     output.print_table(
-        "night_scale: what a batch leaves in Redis (peak above the level before) and PostgreSQL",
-        ["children", "floor Redis peak", "nightshift Redis peak", "queued at most",
-         "a message", "bound", "floor DB bytes a chain", "nightshift DB bytes a run"],
+        "night_scale: what a batch holds in Redis at most (its queue and unacknowledged messages;"
+        " the whole server's used_memory above the level before) and leaves in PostgreSQL",
+        ["children", "floor Redis peak", "nightshift Redis peak", "bound", "server growth",
+         "queued at most", "a message (kept as)", "floor DB bytes a chain",
+         "nightshift DB bytes a run"],
         [
-            [f"{n.children:,}", kib(f.redis_peak), kib(n.redis_peak), f"{n.queued_peak:,}",
-             f"{n.message_bytes:,} B", kib(redis_bound(n, slots)),
+            [f"{n.children:,}", kib(f.redis_peak), kib(n.redis_peak),
+             kib(redis_bound(n, slots)), kib(n.server_growth), f"{n.queued_peak:,}",
+             f"{n.message_bytes:,} B ({n.message_footprint:,.0f} B)",
              f"{f.bytes_a_run():,.0f} B", f"{n.bytes_a_run():,.0f} B"]
             for f, n in zip(floors, ours, strict=True)
         ],
@@ -383,9 +418,11 @@ def report(
         " from the fan-out starting until the synthesis finished; floor = plain Celery doing"
         " the same durable work by hand (plain.batch_hop chains, the join in PostgreSQL, one"
         " synthesis hop)",
-        "Redis bound = (children + slots) x a message: each unfinished run has one step"
-        " message, queued or held unacknowledged by a slot (the tick's re-sends add one each);"
-        " the peak is INFO used_memory of the whole server, so other work on it shows too: "
+        "Redis bound = (children + 1 + slots) x a message as Redis keeps it in a list (its"
+        " bytes and the list's per-entry cost, measured on a scratch list of copies): each"
+        " unfinished run has one step message, queued or held unacknowledged by a slot (the"
+        " tick's re-sends add one each); the peak is what the queue and kombu's unacked hash"
+        " and index held (MEMORY USAGE, sampled every 0.1 s): "
         + "; ".join(
             f"{n.children:,}: {kib(n.redis_peak)} of {kib(redis_bound(n, slots))} "
             + ("met" if n.redis_peak <= redis_bound(n, slots) else "MISSED")
@@ -419,9 +456,9 @@ def report(
 
 
 def redis_bound(night: Night, slots: int) -> int:
-    """Bytes the broker may hold for a batch: a step message for each of its runs and for
-    each slot's message taken but not yet acknowledged."""
-    return (night.children + 1 + slots) * night.message_bytes
+    """Bytes the broker may hold for a batch: a step message (as a list keeps it) for each of
+    its runs and for each slot's message taken but not yet acknowledged."""
+    return round((night.children + 1 + slots) * night.message_footprint)
 
 
 def kib(size: float) -> str:
