@@ -9,11 +9,13 @@ what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept fail
 `conflict:<action key>` (another run owns that key), `model:<model>` (the model provider is
 down: waiting out the outage).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
-`<batch>:synthesis`.
+`<batch>:synthesis`, `retry-of:<run id>` (the retry of a failed or cancelled run: a prefix
+callers may not use).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -182,3 +184,22 @@ def synthesis_key(batch_id: str) -> str:
 def batch_of_synthesis(key: str) -> str | None:
     """The batch id of a synthesis run's key, None for any other key."""
     return key.removesuffix(":synthesis") if key.endswith(":synthesis") else None
+
+
+RETRY_PREFIX = "retry-of:"
+
+
+def retry_key(run_id: uuid.UUID) -> str:
+    """`retry-of:<run id>`: the key of a run's retry, so a run is retried once (its retry is
+    retried in turn) and each retry names its origin."""
+    return f"{RETRY_PREFIX}{run_id}"
+
+
+def retried_run(key: str | None) -> uuid.UUID | None:
+    """The run a retry's key names, None for any other key."""
+    if key is None or not key.startswith(RETRY_PREFIX):
+        return None
+    try:
+        return uuid.UUID(key.removeprefix(RETRY_PREFIX))
+    except ValueError:
+        return None

@@ -59,7 +59,8 @@ WHY = {
     403: "The caller is not among the action's approvers.",
     404: "Nothing has that id, key or name.",
     409: "A conflict: the key already names something different, a different decision was "
-    "already made, or a run-id prefix names several runs.",
+    "already made, a run-id prefix names several runs, or (retry) the run is not failed or "
+    "cancelled.",
     408: "The body did not arrive whole in time (NIGHTSHIFT_API_BODY_SECONDS).",
     413: "The body (or the run's input) is larger than the limit.",
     422: "A parameter or the body is invalid; the message names which.",
@@ -73,6 +74,7 @@ ROUTE_STATUSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/runs"): (409,),
     ("get", "/runs/{run_id}"): (404, 409),
     ("post", "/runs/{run_id}/cancel"): (404, 409),
+    ("post", "/runs/{run_id}/retry"): (404, 409),
     ("get", "/runs/{run_id}/events"): (404, 409),
     ("get", "/batches/{batch_id}"): (404,),
     ("get", "/batches/{batch_id}/events"): (404,),

@@ -1,8 +1,10 @@
-"""CLI verbs for runs: start one (and wait for its outcome), list them, show one, tick once."""
+"""CLI verbs for runs: start one (and wait for its outcome), list them, retry one, show one,
+tick once."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 from datetime import datetime
@@ -15,6 +17,7 @@ from pipeline.cli.waiting import wait_and_report
 from pipeline.errors import NightshiftError
 from pipeline.registry import get_agent
 from pipeline.runs.deadlines import parse_deadline
+from pipeline.runs.retry import retry_run
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.settings import get_settings
@@ -64,6 +67,8 @@ def _warn_unset_needs(agent: str) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    if args.verb == "retry":
+        return cmd_retry(args)
     rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
     if args.json:
         print_json(rows)
@@ -78,6 +83,28 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for outage in model_outages(get_settings()):
         print(f"note: {outage.describe()}")
     return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    origin = resolve_run_id(args.run)
+    retry = retry_run(origin, by=_os_user())
+    started = retry.started
+    if args.json:
+        print_json({"run_id": str(started.run_id), "created": started.created,
+                    "retry_of": str(origin)})  # fmt: skip
+    elif started.created:
+        print(f"started run {started.run_id}, a retry of run {origin}")
+    else:
+        print(f"run {origin} was already retried as run {started.run_id}; nothing new started "
+              "(retry that one if it failed too)")  # fmt: skip
+    return 0
+
+
+def _os_user() -> str:
+    try:
+        return f"cli (OS user {getpass.getuser()})"
+    except (KeyError, OSError):
+        return "cli"
 
 
 def _stall_notes(rows: list[dict[str, Any]], liveness: QueueLiveness) -> list[str]:
@@ -126,6 +153,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(attempts)
     if run["error"]:
         print(f"error: {run['error']}")
+    if run["retry_of"]:
+        print(f"retry of run {run['retry_of']}")
+    if run["retried_as"]:
+        chain = ", then ".join(f"{r['id']} ({r['status']})" for r in run["retried_as"])
+        print(f"retried as run {chain}")
     updated = datetime.fromisoformat(run["updated_at"])
     why = stall(run["status"], run["lease_owner"], updated, queue_liveness(), get_settings())
     if why is not None:
@@ -183,12 +215,20 @@ def register(add: AddCommand) -> None:
     start.add_argument("--timeout", type=float, help="with --wait: give up after S seconds")
     start.add_argument("--json", action="store_true")
 
-    runs = add("runs", cmd_runs, "list runs, newest first")
+    runs = add("runs", cmd_runs, "list runs, newest first; or retry one (`runs retry RUN`)")
     runs.add_argument("--status")
     runs.add_argument("--agent")
     runs.add_argument("--batch")
     runs.add_argument("--limit", type=int, default=50)
     runs.add_argument("--json", action="store_true")
+    verbs = runs.add_subparsers(dest="verb", metavar="VERB")
+    retry = verbs.add_parser(
+        "retry",
+        help="start a failed or cancelled run again from its original request, as a new run "
+        "whose key names it (retry-of:RUN); asked again, it answers with that same retry",
+    )
+    retry.add_argument("run", help="run id, or its first characters (at least 4)")
+    retry.add_argument("--json", action="store_true")
 
     show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
     show.add_argument("run", help="run id, or its first characters (at least 4)")

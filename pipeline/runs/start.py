@@ -18,7 +18,7 @@ from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, NoModel
-from pipeline.keys import check_key
+from pipeline.keys import RETRY_PREFIX, check_key
 from pipeline.registry import agent_version, get_agent
 from pipeline.runs.deadlines import Deadline
 from pipeline.runs.notifications import check_notify_url
@@ -251,6 +251,11 @@ def start_run(
     notify_url: str | None = None,
 ) -> StartedRun:
     """Create the run; its first step goes to a worker once this commits."""
+    if idempotency_key is not None and idempotency_key.startswith(RETRY_PREFIX):
+        raise InvalidInput(
+            f"idempotency key {idempotency_key!r}: keys starting {RETRY_PREFIX!r} are the "
+            "retries' own (nightshift runs retry RUN)"
+        )
     with transaction() as session:
         return create_run_txn(
             session, agent_name, run_input, idempotency_key, deadline=deadline,

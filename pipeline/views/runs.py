@@ -6,10 +6,12 @@ import uuid
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from models import Action, Artifact, JournalEntry, Run, artifact_url
+from models import Action, Artifact, JournalEntry, Run, RunStatus, artifact_url
 from pipeline.db import read_only
 from pipeline.errors import AmbiguousRunId, RunNotFound
+from pipeline.keys import retried_run, retry_key
 from pipeline.runs.summaries import describe, summarize
 
 RUN_FIELDS = (
@@ -115,7 +117,17 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
             select(Action).where(Action.run_id == run_id).order_by(Action.created_at)
         ).all()
         shown = {
-            "run": {**run_dict(run), "input": run.input, "result": run.result, "state": run.state},
+            "run": {
+                **run_dict(run),
+                "input": run.input,
+                "result": run.result,
+                "state": run.state,
+                "retry_of": plain(retried_run(run.idempotency_key)),
+                "retried_as": [
+                    {"id": str(retry), "status": status.value}
+                    for retry, status in retries_of(session, run_id)
+                ],
+            },
             "journal": [
                 {
                     "key": e.key,
@@ -150,3 +162,22 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
             )
         ]  # fmt: skip
         return shown
+
+
+MAX_RETRIES_SHOWN = 20
+"""How many retries of retries a run's record follows (a run retried every night for weeks)."""
+
+
+def retries_of(session: Session, run_id: uuid.UUID) -> list[tuple[uuid.UUID, RunStatus]]:
+    """The run's retry, that retry's retry, and so on (each a lookup of the unique key)."""
+    chain: list[tuple[uuid.UUID, RunStatus]] = []
+    current = run_id
+    while len(chain) < MAX_RETRIES_SHOWN:
+        found = session.execute(
+            select(Run.id, Run.status).where(Run.idempotency_key == retry_key(current))
+        ).one_or_none()
+        if found is None:
+            break
+        chain.append((found.id, found.status))
+        current = found.id
+    return chain

@@ -1,5 +1,5 @@
-"""/runs: start a run (optionally waiting for its outcome), list them, show one, cancel one, and
-its progress as Server-Sent Events."""
+"""/runs: start a run (optionally waiting for its outcome), list them, show one, cancel one,
+retry one, and its progress as Server-Sent Events."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pipeline.api.tokens import still_valid
 from pipeline.keys import MAX_KEY_LENGTH
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.deadlines import parse_deadline
+from pipeline.runs.retry import retry_run
 from pipeline.runs.start import start_run
 from pipeline.views.feed import Subject
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
@@ -104,6 +105,28 @@ def cancel(run_id: str, who: Caller, body: CancelRequest | None = None) -> dict[
     body = body or CancelRequest()
     result = cancel_run(resolve_run_id(run_id), by=who.actor.identity, reason=body.reason)
     return {"run_id": str(result.run_id), "status": result.status.value}
+
+
+@authed.post(
+    "/runs/{run_id}/retry",
+    status_code=201,
+    response_model=StartedBody,
+    response_model_exclude_unset=True,
+    tags=["runs"],
+    responses={200: {"model": StartedBody, "description": "The run's earlier retry."}},
+)
+def retry(run_id: str, who: Caller, response: Response) -> StartedBody:
+    """Start a failed or cancelled run again from its original request (agent, input,
+    notify_url, as long a deadline as it had) as a new run under the key `retry-of:<run id>`;
+    `GET /runs/{run_id}` of each names the other (`retry_of`, `retried_as`). A run is retried
+    once: asking again answers with that retry (200); retry the retry if it failed too. A run
+    that is not failed or cancelled, or whose input retention redacted, is a 409."""
+    retried = retry_run(resolve_run_id(run_id), by=who.actor.identity)
+    started = retried.started
+    response.headers["Location"] = f"/runs/{started.run_id}"
+    if not started.created:
+        response.status_code = 200
+    return StartedBody(run_id=started.run_id, created=started.created)
 
 
 @authed.get(
