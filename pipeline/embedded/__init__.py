@@ -18,7 +18,7 @@ from pipeline.embedded.postgres_server import PostgresServer
 from pipeline.embedded.redis_server import RedisServer
 from pipeline.embedded.server import HOST, START_TIMEOUT, Server, ServiceInfo, halt, wait_until
 
-__all__ = ["HOST", "ServiceInfo", "ensure_running", "status", "stop"]
+__all__ = ["HOST", "ServiceInfo", "ensure_running", "ensure_server", "status", "stop"]
 
 log = logging.getLogger("nightshift.embedded")
 
@@ -42,7 +42,7 @@ def ensure_running(
     servers = _servers(root, listen, clients)
     asked = [s for s, wanted in zip(servers, (postgres, redis), strict=True) if wanted]
     with locked(root):
-        return {server.name: server.url(_ensure(server)) for server in asked}
+        return {server.name: server.url(ensure_server(server)) for server in asked}
 
 
 def stop(data_dir: Path, only: Collection[str] | None = None) -> list[ServiceInfo]:
@@ -78,8 +78,9 @@ def _servers(
     return PostgresServer(root, listen, clients), RedisServer(root, listen)
 
 
-def _ensure(server: Server) -> int:
-    """The server's port: a live server that answers is reused, else one is started."""
+def ensure_server(server: Server) -> int:
+    """The server's port: a live server that answers is reused, else one is started (on the
+    port its data dir keeps)."""
     found = server.find()
     if found is not None:
         pid, known = found

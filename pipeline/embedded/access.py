@@ -52,11 +52,21 @@ def hba_is_ours(pgdata: Path) -> bool:
     return False
 
 
-def write_hba(pgdata: Path, clients: Sequence[str], owner: pwd.struct_passwd | None) -> None:
+def write_hba(
+    pgdata: Path,
+    clients: Sequence[str],
+    owner: pwd.struct_passwd | None,
+    *,
+    replication: bool = False,
+) -> None:
     """Password (scram-sha-256) logins over TCP from this machine and the `clients` networks
-    only; nothing else (there is no unix socket)."""
-    lines = [HBA_MARKER, "host all all 127.0.0.1/32 scram-sha-256"]
-    lines += [f"host all all {network} scram-sha-256" for network in clients]
+    only; nothing else (there is no unix socket). With `replication`, a standby may stream
+    from the same places (pipeline/chaos/postgres_pair.py)."""
+    databases = ("all", "replication") if replication else ("all",)
+    lines = [HBA_MARKER]
+    for database in databases:
+        lines += [f"host {database} all {network} scram-sha-256"
+                  for network in ("127.0.0.1/32", *clients)]  # fmt: skip
     path = pgdata / "pg_hba.conf"
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)

@@ -29,6 +29,8 @@ INITDB_OPTIONS = (
 class PostgresServer(Server):
     name = "postgres"
     url_format = "postgresql+psycopg://postgres:{password}@127.0.0.1:{port}/nightshift"
+    replication = False
+    """Whether a standby may stream from it (pg_hba.conf's replication lines)."""
 
     def __init__(self, root: Path, listen: Sequence[str], clients: Sequence[str]) -> None:
         super().__init__(root, root / "postgres", root / "postgres.log", listen)
@@ -75,7 +77,7 @@ class PostgresServer(Server):
         # the password, then this pg_hba (started() does it).
         self._secure_after_start = not fresh and not access.hba_is_ours(self.data_path)
         if not self._secure_after_start:
-            access.write_hba(self.data_path, self.clients, owner)
+            access.write_hba(self.data_path, self.clients, owner, replication=self.replication)
         # -k '': no unix socket, so the length of the data dir's path never matters; TCP only.
         hosts = ",".join(self.addresses)
         server, wait = f"-h {hosts} -p {port} -k ''", f"{START_TIMEOUT:.0f}"
@@ -89,7 +91,8 @@ class PostgresServer(Server):
             conn.execute(
                 sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(self.password))
             )
-            access.write_hba(self.data_path, self.clients, access.postgres_owner())
+            owner = access.postgres_owner()
+            access.write_hba(self.data_path, self.clients, owner, replication=self.replication)
             conn.execute("SELECT pg_reload_conf()")
         log.info("postgres in %s now requires its password", self.data_path)
 
