@@ -1,7 +1,9 @@
-"""The chaos harness's cluster: its own embedded PostgreSQL and Redis (restarted at will, on
-the same ports), the sandbox services, and real worker and beat processes; with `hosts`, the
-workers run on worker hosts (network namespaces, pipeline/chaos/hosts.py) that reach the
-services over veth pairs and can be cut off from PostgreSQL or Redis.
+"""The chaos harness's cluster: its own PostgreSQL (a primary and its synchronous standby,
+pipeline/chaos/postgres_pair.py: restarted, or failed over and rebuilt, at will) and embedded
+Redis (restarted at will, on the same port), the sandbox services, and real worker and beat
+processes; with `hosts`, the workers run on worker hosts (network namespaces,
+pipeline/chaos/hosts.py) that reach the services over veth pairs and can be cut off from
+PostgreSQL or Redis.
 
 In production an operator's supervisor (systemd, Kubernetes, docker's restart policy) starts
 a new worker when one dies; here `supervise()` plays that part.
@@ -34,6 +36,7 @@ from pipeline.chaos.common import ChaosError, NoTarget, retrying
 from pipeline.chaos.hosts import Host, Network
 from pipeline.chaos.poison import AGENT_PATH as POISON_PATH
 from pipeline.chaos.poison import KILL_MARK
+from pipeline.chaos.postgres_pair import PostgresPair
 from pipeline.chaos.webhook import ApiServer, ApprovalWebhook, create_token
 from pipeline.db import transaction
 from pipeline.errors import ServiceError
@@ -105,6 +108,7 @@ class Cluster:
     hosts: int = 0
     """Worker hosts (network namespaces); the workers are spread over them in turn."""
     network: Network | None = None
+    postgres: PostgresPair | None = None
     slots: list[WorkerSlot] = field(default_factory=list)
     beat: CeleryProcess | None = None
     api: ApiServer | None = None
@@ -119,7 +123,8 @@ class Cluster:
     restarts: dict[str, list[float]] = field(default_factory=dict)
     """Seconds each restarted service was unreachable."""
     urls: dict[str, str] = field(default_factory=dict)
-    """The embedded servers' URLs: a restart must bring each back on the same one."""
+    """The servers' URLs: a restart must bring each back on the same one (PostgreSQL's names
+    both nodes of the pair)."""
     clock: Callable[[], float] = time.monotonic
     lock: threading.RLock = field(default_factory=threading.RLock)
     host_env: dict[str, str] = field(default_factory=dict)
@@ -142,7 +147,13 @@ class Cluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         if self.hosts:
             self.network = Network(self.hosts).up()
-        self.urls = urls = self._services()
+        net = self.network
+        self.postgres = PostgresPair(
+            self.services_dir / "postgres-pair",
+            listen=[net.service_address] if net else [],
+            clients=[net.clients] if net else [],
+        ).start()
+        self.urls = urls = {"postgres": self.postgres.url(), **self._redis()}
         schedules_off = self.logs / "schedules.json"
         self.env = {
             "NIGHTSHIFT_DATABASE_URL": urls["postgres"],
@@ -198,8 +209,8 @@ class Cluster:
         if self.network is not None:
             here, there = embedded.HOST, self.network.service_address
             self.host_env = {
-                name: self.env[name].replace(f"@{here}:", f"@{there}:")
-                for name in ("NIGHTSHIFT_DATABASE_URL", "NIGHTSHIFT_BROKER_URL")
+                "NIGHTSHIFT_DATABASE_URL": self.postgres.url(host=there),
+                "NIGHTSHIFT_BROKER_URL": urls["redis"].replace(f"@{here}:", f"@{there}:"),
             }
         self.beat = self._process("beat", beat=True).start()
         hosts = self.network.hosts if self.network else []
@@ -213,12 +224,10 @@ class Cluster:
         token = create_token(APPROVER, self.env)
         self.webhook = ApprovalWebhook(self.api.url, self.api.approval_secret, token)
 
-    def _services(self, *, postgres: bool = True, redis: bool = True) -> dict[str, str]:
-        """Start (or find) the embedded servers, reachable from the worker hosts if any."""
-        reach = {}
-        if self.network is not None:
-            reach = {"listen": [self.network.service_address], "clients": [self.network.clients]}
-        return embedded.ensure_running(self.services_dir, postgres=postgres, redis=redis, **reach)
+    def _redis(self) -> dict[str, str]:
+        """Start (or find) the embedded Redis, reachable from the worker hosts if any."""
+        listen = [self.network.service_address] if self.network else []
+        return embedded.ensure_running(self.services_dir, postgres=False, listen=listen)
 
     def stop(self) -> None:
         with self.lock:
@@ -230,6 +239,8 @@ class Cluster:
                 self.api.stop()
         if self.sandboxes is not None:
             self.sandboxes.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
         embedded.stop(self.services_dir)
         if self.network is not None:
             self.network.down()
@@ -363,8 +374,9 @@ class Cluster:
         slot.frozen_until = None
 
     def restart(self, name: str, mode: str, down_seconds: float, forget: bool = False) -> float:
-        """Stop one embedded server (cleanly, or like a crash), keep it down, start it again;
-        with `forget`, empty (Redis only: its files go, a fresh empty server comes back).
+        """Stop one server (cleanly, or like a crash; PostgreSQL's primary), keep it down, start
+        it again; with `forget`, empty (Redis only: its files go, a fresh empty server comes
+        back).
 
         Returns how long it did not answer. The URL must stay the same: workers keep theirs.
         """
@@ -374,23 +386,22 @@ class Cluster:
             "fast": signal.SIGINT,  # postgres: pg_ctl's fast mode, sessions are terminated
             "immediate": signal.SIGQUIT,  # postgres: a crash; recovery replays the WAL
         }[mode]
-        info = next(i for i in embedded.status(self.services_dir) if i.name == name)
         started = time.monotonic()
-        if info.pid is not None:
-            os.kill(info.pid, sig)
-            _wait_gone(info.pid)
-        if forget:
-            for data in (*info.data_path.glob("*.aof*"), *info.data_path.glob("*.rdb")):
-                data.unlink()
-            shutil.rmtree(info.data_path / "appendonlydir", ignore_errors=True)
-        time.sleep(down_seconds)
-        urls = retrying(
-            lambda: self._services(postgres=name == "postgres", redis=name == "redis"),
-            timeout=120,
-            errors=(ServiceError,),
-        )
-        if urls[name] != self.urls[name]:
-            raise ChaosError(f"{name} came back on {urls[name]}, not {self.urls[name]}")
+        if name == "postgres" and self.postgres is not None:
+            self.postgres.restart_primary(sig, down_seconds)
+        else:
+            info = next(i for i in embedded.status(self.services_dir) if i.name == name)
+            if info.pid is not None:
+                os.kill(info.pid, sig)
+                _wait_gone(info.pid)
+            if forget:
+                for data in (*info.data_path.glob("*.aof*"), *info.data_path.glob("*.rdb")):
+                    data.unlink()
+                shutil.rmtree(info.data_path / "appendonlydir", ignore_errors=True)
+            time.sleep(down_seconds)
+            urls = retrying(self._redis, timeout=120, errors=(ServiceError,))
+            if urls[name] != self.urls[name]:
+                raise ChaosError(f"{name} came back on {urls[name]}, not {self.urls[name]}")
         down = time.monotonic() - started
         self.restarts.setdefault(name, []).append(round(down, 2))
         return down
@@ -402,11 +413,17 @@ class Cluster:
             client.flushall()
 
     def cut(self, host: Host, service: str, seconds: float) -> None:
-        """Partition `host` from PostgreSQL or Redis for `seconds`."""
-        port = urlsplit(self.urls[service]).port
-        assert port is not None
-        host.cut(port)
-        self.later(seconds, f"cut {host.hostname} {service}", lambda: host.heal(port))
+        """Partition `host` from PostgreSQL (both nodes) or Redis for `seconds`."""
+        pair = self.postgres if service == "postgres" else None
+        ports = pair.ports() if pair else [urlsplit(self.urls[service]).port or 0]
+        for port in ports:
+            host.cut(port)
+
+        def heal() -> None:
+            for port in ports:
+                host.heal(port)
+
+        self.later(seconds, f"cut {host.hostname} {service}", heal)
 
     def uncut_host(self, service: str, pick: float) -> Host:
         """A worker host that `service` is not cut off from now."""
