@@ -11,6 +11,7 @@ or, without packaging, `NIGHTSHIFT_AGENTS=my_module:AGENT,other_module:AGENT`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from importlib.metadata import (
 )
 
 from pipeline.agent_definition import Agent, EventSource
+from pipeline.code_digest import code_digest
 from pipeline.errors import RegistryError, UnknownAgent, UnknownEventSource
 from pipeline.process_wide import ProcessWide
 from pipeline.settings import Settings, get_settings
@@ -49,8 +51,11 @@ class Registered:
     """The version of the distribution its module comes from (`0.1.0`), `unpackaged` if none."""
 
     def version(self, model: str) -> str:
-        """The agent version a run records: `0.1.0+<digest of what changes behaviour>`."""
-        return f"{self.release}+{self.agent.behaviour_digest(model)}"
+        """The agent version a run records: `0.1.0+<digest of what changes behaviour>`, its
+        definition's and its code's (pipeline/code_digest.py)."""
+        behaviour = self.agent.behaviour_digest(model)
+        code = code_digest(self.agent, self.path.partition(":")[0])
+        return f"{self.release}+{hashlib.sha256(f'{behaviour}.{code}'.encode()).hexdigest()[:16]}"
 
 
 @dataclass(frozen=True)

@@ -378,8 +378,8 @@ NOTIFIER_REKEYED = dataclasses.replace(
         note_incident,
     ),
 )
-"""The next release: its key function went from `{id}` to `{team}-{id}` (a change the agent
-version does not see: code is not hashed)."""
+"""The next release: its key function went from `{id}` to `{team}-{id}` (code: a new agent
+version, pipeline/code_digest.py)."""
 NOTIFIER_NEXT = dataclasses.replace(
     NOTIFIER_REKEYED, instructions="Notify the team once with notify_team; note the incident."
 )

@@ -3,6 +3,8 @@ way a registration can be wrong."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 import tomllib
 from importlib.metadata import version as version_of
 from pathlib import Path
@@ -44,10 +46,10 @@ def test_the_agent_version_changes_with_what_changes_behaviour_and_only_with_tha
     assert release == "unpackaged" and len(digest) == 16  # tests/ is no distribution
     shipped = build(_declared("")).agents["nightly_report"].version("script")
     assert shipped.startswith(f"{version_of('nightshift')}+")
-    # a key function is code, which the digest cannot see; the definition it can
-    assert version("tests.fixture_agents:NOTIFIER_REKEYED") == first
+    assert version("tests.fixture_agents:NOTIFIER") == first  # the same code, the same version
     assert version("tests.fixture_agents:NOTIFIER", model="claude-x") != first
     changed = [
+        "NOTIFIER_REKEYED",  # a key function's code
         "NOTIFIER_NEXT",  # instructions
         "NOTIFIER_RENAMED",  # a tool's name, the system prompt
         "NOTIFIER_STRICTER",  # a tool's schema
@@ -112,3 +114,37 @@ def test_the_benchmark_agents_are_no_production_entry_points() -> None:
 
     assert not {"bench", "bench_synthesis"} & set(points)
     assert all(path.startswith("pipeline.agents.") for path in points.values())
+
+
+def test_a_change_to_a_tools_code_alone_is_a_new_version(tmp_path: Path) -> None:
+    # given an agent module on disk whose tool's body, and nothing else, a release changes
+    module = tmp_path / "code_only_agent.py"
+    module.write_text(CODE_ONLY_AGENT.format(answer=1))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        first = build(declared("code_only_agent:AGENT")).agents["code_only"].version("script")
+        again = build(declared("code_only_agent:AGENT")).agents["code_only"].version("script")
+        module.write_text(CODE_ONLY_AGENT.format(answer=2))
+        importlib.reload(importlib.import_module("code_only_agent"))
+        changed = build(declared("code_only_agent:AGENT")).agents["code_only"].version("script")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("code_only_agent", None)
+    # then the version follows the code, and only the code
+    assert first == again and changed != first
+
+
+CODE_ONLY_AGENT = """
+from pipeline import Agent, tool
+
+
+@tool(description="Counts.", schema={{"type": "object"}})
+def count(args, context):
+    return {{"n": {answer}}}
+
+
+AGENT = Agent(
+    name="code_only", system="You count.", instructions="Count once.", tools=[count],
+    input_schema={{"type": "object"}},
+)
+"""
