@@ -88,6 +88,22 @@ def broker_client(settings: Settings | None = None, *, timeout: float) -> redis.
     )
 
 
+def ping_database(timeout: float) -> None:
+    """`select 1` on a connection of its own within `timeout` (a pooled one could hang on a dead
+    network); raises what the connection raised."""
+    with psycopg.connect(conninfo(), connect_timeout=max(1, round(timeout))) as connection:
+        connection.execute("select 1")
+
+
+def ping_broker(timeout: float) -> None:
+    """PING the broker's Redis within `timeout`; raises what the client raised."""
+    client = broker_client(get_settings(), timeout=timeout)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 def get_engine(url: str | None = None) -> Engine:
     """One engine (and connection pool) per process and URL; a forked child gets its own."""
     url = url or database_url()

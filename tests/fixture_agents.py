@@ -523,3 +523,17 @@ SUM_UP = Agent(
     input_schema={"type": "object"},
     script=_sum_up,
 )
+
+
+@tool(
+    name="read_acme_ticket",
+    description="Read a ticket from Acme's own tracker (a team's own service: no sandbox for it).",
+    schema={"type": "object", "properties": {}},
+    needs=("acme.url",),
+)
+def read_acme_ticket(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return {"ticket": context.config("acme.url")}
+
+
+ACME_TRIAGE = dataclasses.replace(ECHO, name="acme_triage", tools=(read_acme_ticket,))
+"""An agent whose tool needs a team's own setting, NIGHTSHIFT_CONFIG_ACME_URL."""

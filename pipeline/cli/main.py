@@ -26,6 +26,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "pipeline.cli.processes": ("worker", "beat", "flower"),
     "pipeline.cli.runs": ("start", "runs", "show", "tick"),
     "pipeline.cli.agents": ("agents",),
+    "pipeline.cli.check": ("check",),
     "pipeline.cli.schedules": ("schedules",),
     "pipeline.cli.operate": (
         "api", "metrics", "retention", "cleanup", "actions", "approve", "reject", "cancel", "allow",

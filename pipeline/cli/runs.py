@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.api.words import action_words
 from pipeline.cli.failures import following
 from pipeline.cli.format import print_json, table
+from pipeline.cli.setting_hints import where_to_set
 from pipeline.cli.waiting import wait_and_report
 from pipeline.errors import NightshiftError
 from pipeline.registry import get_agent
@@ -57,13 +58,15 @@ def cmd_start(args: argparse.Namespace) -> int:
 def _warn_unset_needs(agent: str) -> None:
     """The workers' environment decides; this shell's is a good guess of it on a trial."""
     unset = get_agent(agent).unset_needs(get_settings().is_set)
-    if unset:
-        names = " and ".join(dict.fromkeys(variable for variable, _ in unset))
+    variables = list(dict.fromkeys(variable for variable, _ in unset))
+    if variables:
         print(
-            f"note: {names} not set here; a worker without them fails the run at once with "
-            'reason config (for a trial: eval "$(nightshift sandbox up)")',
+            f"note: {' and '.join(variables)} not set here; a worker without them fails the run "
+            "at once with reason config",
             file=sys.stderr,
         )
+    for variable in variables:
+        print(f"  {variable}: {where_to_set(variable)}", file=sys.stderr)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

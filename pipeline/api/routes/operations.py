@@ -6,7 +6,6 @@ import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
-import psycopg
 from fastapi import APIRouter, Depends, Header
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
@@ -14,7 +13,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pipeline.api.guards import require_metrics_token
-from pipeline.db import broker_client, conninfo
+from pipeline.db import ping_broker, ping_database
 from pipeline.settings import Settings, get_settings
 from pipeline.views.gauges import DatabaseGauges
 
@@ -52,30 +51,19 @@ def registry_for(settings: Settings) -> CollectorRegistry:
 @router.get("/healthz", tags=["operations"])
 def healthz() -> JSONResponse:
     """The database answers `select 1` and the broker answers PING; 503 if either does not."""
-    checks = {"database": _check(_database), "broker": _check(_broker)}
+    checks = {
+        "database": _check("database", ping_database),
+        "broker": _check("broker", ping_broker),
+    }
     healthy = all(v == "ok" for v in checks.values())
     body: dict[str, Any] = checks if healthy else {"error": "unhealthy", **checks}
     return JSONResponse(body, status_code=200 if healthy else 503)
 
 
-def _check(probe: Callable[[], None]) -> str:
+def _check(name: str, probe: Callable[[float], None]) -> str:
     try:
-        probe()
+        probe(HEALTH_TIMEOUT_SECONDS)
     except Exception as exc:  # any failure is "unhealthy"; the type is enough to act on
-        log.warning("health check %s failed: %s", probe.__name__, type(exc).__name__)
+        log.warning("health check %s failed: %s", name, type(exc).__name__)
         return f"unavailable ({type(exc).__name__})"
     return "ok"
-
-
-def _database() -> None:
-    # A connection of its own with a timeout: a pooled one could hang on a dead network.
-    with psycopg.connect(conninfo(), connect_timeout=HEALTH_TIMEOUT_SECONDS) as connection:
-        connection.execute("select 1")
-
-
-def _broker() -> None:
-    client = broker_client(get_settings(), timeout=HEALTH_TIMEOUT_SECONDS)
-    try:
-        client.ping()
-    finally:
-        client.close()
