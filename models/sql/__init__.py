@@ -6,11 +6,12 @@
   leases, the journal, actions, batches, and what those writes bring along), one file per
   group, each statement under a `-- name:` line, its name unique across the files:
   `step.sql` what every step runs (the claim and what it loads, the journal writes, the
-  checkpoint, the lease renewal); `runs.sql` a run's other changes (fenced writes, start,
+  checkpoint, the lease renewal); `runs.sql` a run's other changes (creation, fenced writes,
   park, finish, wake, cancel, the tick's takeovers, expiry); `actions.sql` the action
   protocol's rows and their audit trail; `batches.sql` batches, their join and the budget
-  stops; `testing.sql` what only pipeline.testing runs, on a database a test owns (its
-  clock). `pipeline/statements.py` runs them, and nothing else writes those tables.
+  stops; `outages.sql` the model provider's outages; `testing.sql` what only pipeline.testing
+  runs, on a database a test owns (its clock). `pipeline/statements.py` runs them, and
+  nothing else writes those tables.
 
 Read models (pipeline/views) may stay in SQLAlchemy Core.
 """
@@ -23,7 +24,9 @@ from importlib.resources import files
 from sqlalchemy.engine import Connection
 
 SCHEMA_FILE = "schema.sql"
-STATEMENT_FILES = ("step.sql", "runs.sql", "actions.sql", "batches.sql", "testing.sql")
+STATEMENT_FILES = (
+    "step.sql", "runs.sql", "actions.sql", "batches.sql", "outages.sql", "testing.sql",
+)  # fmt: skip
 _NAME = "-- name: "
 
 

@@ -1,11 +1,33 @@
--- A run's changes outside the statements every step runs (step.sql): the fence's guard, the
--- lease given up or set, a park, a finish, the time bound's give-up and what a step records on
--- the way. pipeline/statements.py runs them in the caller's transaction.
+-- A run's changes outside the statements every step runs (step.sql): its creation, the fence's
+-- guard, the lease given up or set, a park, a finish, the time bound's give-up and what a step
+-- records on the way. pipeline/statements.py runs them in the caller's transaction.
 --
 -- A write a step makes runs after `fence_guard` in the same transaction (leases.fenced), or
 -- carries the fence itself; the statements below name the fence where they can, so that each
 -- says by itself which attempt may write it.
 -- Parameters are psycopg's (%(name)s); each statement ends with a semicolon on its own.
+
+-- name: create_runs
+-- Every run is created by this one statement, however many at once (pipeline/runs/start.py):
+-- a night's ten thousand children are one INSERT of arrays, one a column (a row of parameters
+-- each cost seconds), whose rows share their agent, batch and versions. A key that already
+-- names a run inserts nothing (RETURNING says which were created). The deadline is a time
+-- (`deadline_at`), or seconds from PostgreSQL's now() (`deadline_in`).
+INSERT INTO runs (id, input, idempotency_key, agent, status, parent_id, batch_id, deadline,
+                  notify_url, max_steps, step, tool_calls, input_tokens, output_tokens,
+                  state, fence, attempt, cancel_requested, code_version, prompt_version,
+                  agent_version, running_version)
+SELECT new.id, new.input, new.key, %(agent)s, 'running', CAST(%(parent_id)s AS uuid),
+       CAST(%(batch_id)s AS text),
+       coalesce(CAST(%(deadline_at)s AS timestamptz),
+                now() + make_interval(secs => CAST(%(deadline_in)s AS float8))),
+       CAST(%(notify_url)s AS text), %(max_steps)s, 0, 0, 0, 0, '{}', 0, 0, false,
+       %(code_version)s, %(prompt_version)s, %(agent_version)s, %(agent_version)s
+  FROM unnest(CAST(%(ids)s AS uuid[]), CAST(CAST(%(inputs)s AS text[]) AS jsonb[]),
+              CAST(%(keys)s AS text[])) AS new(id, input, key)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id
+;
 
 -- name: fence_guard
 -- The first statement of every fenced transaction: locks the run's row and checks the fence
@@ -200,4 +222,59 @@ UPDATE runs
  WHERE runs.id = picked.id
 RETURNING runs.id, runs.agent, runs.step, runs.batch_id,
           picked.lease_expires_at IS NOT NULL AS lapsed
+;
+
+-- name: wake
+-- The one way a parked run becomes runnable again (pipeline/runs/waits.py): a due timer, an
+-- approval, a person's resolution, a settled action, a model that answers again. Only the runs
+-- of `run_ids` still parked change; each one's step is sent after the commit. A parked run's
+-- reason (a key conflict) no longer holds once it runs.
+UPDATE runs
+   SET status = 'running',
+       waiting_on = NULL,
+       wake_at = NULL,
+       lease_owner = NULL,
+       lease_expires_at = NULL,
+       stop_reason = NULL,
+       error = NULL,
+       updated_at = now()
+ WHERE id = ANY(CAST(%(run_ids)s AS uuid[])) AND status IN ('waiting', 'needs_attention')
+RETURNING id, agent, step, batch_id
+;
+
+-- name: allow_version
+-- A person lets the run go on under the agent version it waits on (pipeline/runs/versions.py,
+-- in the transaction that wakes it).
+UPDATE runs SET allowed_version = %(version)s, updated_at = now() WHERE id = %(run_id)s
+;
+
+-- name: request_cancel
+-- A person asks the run to stop (pipeline/runs/cancel.py, the row locked before): a running
+-- run stops at its next check; a parked one holds no worker that would notice, so it ends
+-- here. Asked twice, the first request stands.
+UPDATE runs
+   SET cancel_requested = true,
+       cancel_requested_by = %(by)s,
+       cancel_requested_at = now(),
+       status = CASE WHEN status IN ('waiting', 'needs_attention') THEN 'cancelled'
+                     ELSE status END,
+       stop_reason = CASE WHEN status IN ('waiting', 'needs_attention') THEN %(reason)s
+                          ELSE stop_reason END,
+       finished_at = CASE WHEN status IN ('waiting', 'needs_attention') THEN now()
+                          ELSE finished_at END,
+       wake_at = CASE WHEN status IN ('waiting', 'needs_attention') THEN NULL ELSE wake_at END,
+       updated_at = now()
+ WHERE id = %(run_id)s AND NOT cancel_requested
+;
+
+-- name: end_parked
+-- Parked runs that nothing else would end fail here (pipeline/runs/expiry.py: a deadline that
+-- passed while they waited, a wait past the maximum, a model outage past its horizon), each
+-- with its own `errors` entry (arrays, one entry a run). Only those still parked change.
+UPDATE runs
+   SET status = 'failed', stop_reason = %(reason)s, error = ended.error, finished_at = now(),
+       wake_at = NULL, updated_at = now()
+  FROM unnest(CAST(%(run_ids)s AS uuid[]), CAST(%(errors)s AS text[])) AS ended(id, error)
+ WHERE runs.id = ended.id AND runs.status IN ('waiting', 'needs_attention')
+RETURNING runs.id, runs.batch_id
 ;

@@ -15,9 +15,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, delete, exists, func, literal, or_, select, text, update
+from sqlalchemy import ColumnElement, exists, func, literal, or_, select
 from sqlalchemy.orm import Session
 
+import pipeline.statements as statements
 from models import ModelOutage, Run, RunStatus
 from pipeline.keys import MODEL_WAIT_PREFIX, model_wait
 from pipeline.runs.waits import wake_txn
@@ -51,34 +52,6 @@ def _outage(row: ModelOutage) -> Outage:
     )
 
 
-# Opened by a run that gave up on the model, or pushed back by the probe's failure. Another
-# run's failure (still in flight when the outage opened) never brings the probe forward, but
-# its reply's retry-after can push it back. A reopened outage (recovered, then failing again)
-# keeps its start and its backoff.
-_GAVE_UP = text(
-    """
-    INSERT INTO model_outages AS o (model, since, last_error, probe_at, probes)
-    VALUES (:model, now(), :error,
-            now() + make_interval(secs => greatest(:after, :first * (0.5 + random() / 2))), 0)
-    ON CONFLICT (model) DO UPDATE SET
-        last_error = excluded.last_error,
-        recovered_at = NULL,
-        probes = o.probes + CASE WHEN o.probe_run_id = :run_id THEN 1 ELSE 0 END,
-        probe_at = CASE
-            WHEN o.probe_run_id = :run_id OR o.recovered_at IS NOT NULL
-            THEN now() + make_interval(secs => greatest(
-                :after, least(:cap, :first * power(2, o.probes + 1)) * (0.5 + random() / 2)))
-            ELSE greatest(o.probe_at, now() + make_interval(secs => :after))
-        END,
-        probe_started_at = CASE WHEN o.probe_run_id = :run_id THEN NULL
-                                ELSE o.probe_started_at END,
-        probe_until = CASE WHEN o.probe_run_id = :run_id THEN NULL ELSE o.probe_until END,
-        probe_run_id = CASE WHEN o.probe_run_id = :run_id THEN NULL ELSE o.probe_run_id END
-    RETURNING o.model, o.since, o.probe_run_id, o.recovered_at, o.last_error
-    """
-)
-
-
 def gave_up_txn(
     session: Session,
     model: str,
@@ -88,17 +61,17 @@ def gave_up_txn(
     settings: Settings,
 ) -> Outage:
     """The run gives up calling `model` for now: open the outage, or count its failed probe."""
-    row = session.execute(
-        _GAVE_UP,
-        {
-            "model": model,
-            "run_id": run_id,
-            "error": error,
-            "after": retry_after or 0.0,
-            "first": min(FIRST_PROBE_SECONDS, settings.model_probe_max_seconds),
-            "cap": settings.model_probe_max_seconds,
-        },
-    ).one()
+    row = statements.first(
+        session,
+        "outage_gave_up",
+        model=model,
+        run_id=run_id,
+        error=error,
+        after=retry_after or 0.0,
+        first=min(FIRST_PROBE_SECONDS, settings.model_probe_max_seconds),
+        cap=settings.model_probe_max_seconds,
+    )
+    assert row is not None  # an INSERT or its ON CONFLICT UPDATE: one row either way
     return Outage(
         row.model, row.since, row.probe_run_id, row.recovered_at is not None, row.last_error
     )
@@ -120,30 +93,13 @@ def tend_outages_txn(session: Session, settings: Settings) -> list[uuid.UUID]:
     woken = _send_probes_txn(session, settings)
     pace = math.ceil(settings.model_resume_per_second * settings.tick_seconds)
     woken += _resume_txn(session, max(1, pace))
-    session.execute(
-        delete(ModelOutage).where(
-            ModelOutage.recovered_at.is_not(None),
-            ~exists().where(Run.status == RunStatus.WAITING, _waits_on_outage()),
-        )
-    )
+    statements.execute(session, "forget_recovered_outages", prefix=MODEL_WAIT_PREFIX)
     return woken
 
 
 def _recovered_txn(session: Session) -> None:
     """The provider answers again once the probe's reply (or a cut-off one) is journaled."""
-    session.execute(
-        text(
-            """
-            UPDATE model_outages o
-               SET recovered_at = now(), probe_run_id = NULL, probe_until = NULL
-             WHERE o.recovered_at IS NULL AND o.probe_run_id IS NOT NULL
-               AND EXISTS (SELECT 1 FROM journal j
-                            WHERE j.run_id = o.probe_run_id
-                              AND j.created_at >= o.probe_started_at
-                              AND (j.key LIKE 'model:%' OR j.key LIKE 'cut:%'))
-            """
-        )
-    )
+    statements.execute(session, "outages_recovered")
 
 
 def _send_probes_txn(session: Session, settings: Settings) -> list[uuid.UUID]:
@@ -169,17 +125,11 @@ def _send_probes_txn(session: Session, settings: Settings) -> list[uuid.UUID]:
             .with_for_update(skip_locked=True)
         )
         if prober is None:
-            session.delete(outage)
+            statements.execute(session, "forget_outage", model=outage.model)
             continue
-        woken += wake_txn(session, Run.id == prober)
-        session.execute(
-            update(ModelOutage)
-            .where(ModelOutage.model == outage.model)
-            .values(
-                probe_run_id=prober,
-                probe_started_at=func.now(),
-                probe_until=func.now() + timedelta(seconds=probe_seconds),
-            )
+        woken += wake_txn(session, [prober])
+        statements.execute(
+            session, "outage_probe_sent", model=outage.model, run_id=prober, seconds=probe_seconds
         )
     return woken
 
@@ -199,4 +149,4 @@ def _resume_txn(session: Session, pace: int) -> list[uuid.UUID]:
         .limit(pace)
         .with_for_update(skip_locked=True)
     )
-    return wake_txn(session, Run.id.in_(ready.scalar_subquery()))
+    return wake_txn(session, session.scalars(ready).all())

@@ -11,9 +11,10 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import pipeline.statements as statements
 from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
@@ -142,51 +143,28 @@ def new_runs(
     )  # fmt: skip
 
 
-# Every run is created by this one statement, however many at once: a night's ten thousand
-# children are one INSERT of arrays (a row of parameters each cost seconds), whose rows share
-# their agent, batch and versions. A key that already names a run inserts nothing (RETURNING
-# says which were created). The deadline is a time, or seconds from PostgreSQL's now().
-_CREATE_RUNS = text(
-    """
-    INSERT INTO runs (id, input, idempotency_key, agent, status, parent_id, batch_id, deadline,
-                      notify_url, max_steps, step, tool_calls, input_tokens, output_tokens,
-                      state, fence, attempt, cancel_requested, code_version, prompt_version,
-                      agent_version, running_version)
-    SELECT new.id, new.input, new.key, :agent, 'running', :parent_id, :batch_id,
-           coalesce(CAST(:deadline_at AS timestamptz),
-                    now() + make_interval(secs => CAST(:deadline_in AS float8))),
-           :notify_url, :max_steps, 0, 0, 0, 0, '{}', 0, 0, false, :code_version,
-           :prompt_version, :agent_version, :agent_version
-      FROM unnest(CAST(:ids AS uuid[]), CAST(CAST(:inputs AS text[]) AS jsonb[]),
-                  CAST(:keys AS text[])) AS new(id, input, key)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id
-    """
-)
-
-
 def _insert_txn(session: Session, runs: NewRuns) -> set[uuid.UUID]:
     """Insert the runs; the ids of those created (not the ones whose key was taken)."""
     deadline = runs.deadline
-    created = session.execute(
-        _CREATE_RUNS,
-        {
-            "ids": runs.ids,
-            "inputs": [json.dumps(run_input) for run_input in runs.inputs],
-            "keys": runs.keys,
-            "agent": runs.agent,
-            "parent_id": runs.parent_id,
-            "batch_id": runs.batch_id,
-            "deadline_at": deadline if isinstance(deadline, datetime) else None,
-            "deadline_in": deadline.total_seconds() if isinstance(deadline, timedelta) else None,
-            "notify_url": runs.notify_url,
-            "max_steps": runs.max_steps,
-            "code_version": code_version(),
-            "prompt_version": runs.prompt_version,
-            "agent_version": runs.agent_version,
-        },
+    # Every run is created by this one statement (runs.sql create_runs), however many at once.
+    created = statements.rows(
+        session,
+        "create_runs",
+        ids=runs.ids,
+        inputs=[json.dumps(run_input) for run_input in runs.inputs],
+        keys=runs.keys,
+        agent=runs.agent,
+        parent_id=runs.parent_id,
+        batch_id=runs.batch_id,
+        deadline_at=deadline if isinstance(deadline, datetime) else None,
+        deadline_in=deadline.total_seconds() if isinstance(deadline, timedelta) else None,
+        notify_url=runs.notify_url,
+        max_steps=runs.max_steps,
+        code_version=code_version(),
+        prompt_version=runs.prompt_version,
+        agent_version=runs.agent_version,
     )
-    return set(created.scalars())
+    return {row.id for row in created}
 
 
 def create_run_txn(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
+import pipeline.statements as statements
 from models import Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound, StatusConflict
@@ -51,9 +52,9 @@ def allow_version(run_id: uuid.UUID, actor: Actor, note: str | None = None) -> A
                 + (f" on {row.waiting_on}" if row.waiting_on else "")
                 + ": it does not wait for a person to allow a new agent version"
             )
-        session.execute(update(Run).where(Run.id == run_id).values(allowed_version=wait.ref))
+        statements.execute(session, "allow_version", run_id=run_id, version=wait.ref)
         audit_txn(session, str(wait), run_id, ALLOW_EVENT, actor, note or row.error)
-        wake_txn(session, Run.id == run_id)
+        wake_txn(session, [run_id])
     log.info(
         "run %s: agent version %s allowed by %s (%s)", run_id, wait.ref, actor.identity, actor.via
     )

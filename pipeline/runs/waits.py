@@ -5,10 +5,12 @@ the transaction commits."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.orm import Session
 
+import pipeline.statements as statements
 from models import Action, ActionState, Run, RunStatus
 from pipeline.app import send_step_after_commit
 from pipeline.keys import (
@@ -28,24 +30,12 @@ _UNSETTLED: dict[WaitKind, tuple[ActionState, ...]] = {
 }
 
 
-def wake_txn(session: Session, which: ColumnElement[bool]) -> list[uuid.UUID]:
-    """Make the parked runs matching `which` runnable; each one's step goes out after commit."""
-    woken = session.execute(
-        update(Run)
-        .where(Run.status.in_(RunStatus.parked()), which)
-        .values(
-            status=RunStatus.RUNNING,
-            waiting_on=None,
-            wake_at=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            # A parked run's reason (a key conflict) no longer holds once it runs.
-            stop_reason=None,
-            error=None,
-            updated_at=func.now(),
-        )
-        .returning(Run.id, Run.agent, Run.step, Run.batch_id)
-    ).all()
+def wake_txn(session: Session, run_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """Make those of the runs still parked runnable (runs.sql wake); each one's step goes out
+    after commit. The callers choose the runs (a read, locking what it picks)."""
+    if not run_ids:
+        return []
+    woken = statements.rows(session, "wake", run_ids=list(run_ids))
     for row in woken:
         send_step_after_commit(session, row.id, agent=row.agent, step=row.step, batch=row.batch_id)
     return [row.id for row in woken]
@@ -56,7 +46,7 @@ def wake_for_action_txn(session: Session, action_key: str) -> list[uuid.UUID]:
     settled now: its owner waiting for the decision, and other runs waiting for the key."""
     waits = [str(w(action_key)) for w in (approval_wait, person_wait, conflict_wait)]
     settled = _settled_runs().where(Run.waiting_on.in_(waits))
-    return wake_txn(session, Run.id.in_(settled.scalar_subquery()))
+    return wake_txn(session, session.scalars(settled).all())
 
 
 def wake_due_timers_txn(session: Session, limit: int) -> list[uuid.UUID]:
@@ -73,7 +63,7 @@ def wake_due_timers_txn(session: Session, limit: int) -> list[uuid.UUID]:
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    return wake_txn(session, Run.id.in_(due.scalar_subquery()))
+    return wake_txn(session, session.scalars(due).all())
 
 
 def wake_settled_txn(session: Session, limit: int) -> list[uuid.UUID]:
@@ -81,7 +71,7 @@ def wake_settled_txn(session: Session, limit: int) -> list[uuid.UUID]:
     wake, the decision committed while the run was parking, or another run's action (a key
     conflict) was settled by that run."""
     settled = _settled_runs().limit(limit).with_for_update(of=Run, skip_locked=True)
-    return wake_txn(session, Run.id.in_(settled.scalar_subquery()))
+    return wake_txn(session, session.scalars(settled).all())
 
 
 def _settled_runs() -> Select[uuid.UUID]:
