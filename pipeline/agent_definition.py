@@ -170,6 +170,10 @@ class Agent:
     checkpoint, its time bound hit, a statement failed in the database) before the run fails
     with reason crashed_worker, time_limit or database_error; failures shared with a neighbour
     in a killed process count once (pipeline/runs/failed_attempts.py)."""
+    max_concurrent_runs: int | None = None
+    """At most this many of the agent's runs in a step at once, across every worker and host;
+    the others wait for their turn in order, parked with reason max_concurrent_runs, holding
+    no worker slot (docs/flow-control.md)."""
     check_success: Callable[[Conversation], bool] | None = None
     job: Job = default_job
     """What a schedule naming this agent starts for each slot."""
@@ -214,7 +218,8 @@ class Agent:
                 found.append(f"{field_name} must be a function of the Conversation")
         if not callable(self.job):
             found.append("job must be a function of the Slot returning a RunPlan or BatchPlan")
-        counts = ("max_steps", "max_tokens", "max_tool_calls", "max_run_tokens")
+        counts = ("max_steps", "max_tokens", "max_tool_calls", "max_run_tokens",
+                  "max_concurrent_runs")  # fmt: skip
         for field_name in (*counts, "max_step_attempts"):
             value = getattr(self, field_name)
             if value is not None and (not isinstance(value, int) or value < 1):

@@ -35,6 +35,11 @@ MODEL_TOKENS = Counter(
     "nightshift_model_tokens", "Model tokens by agent and kind (input, output).",
     ["agent", "kind"],
 )  # fmt: skip
+FLOW_WAITS = Counter(
+    "nightshift_flow_waits", "Model calls whose turn had not come (their run parked until it "
+    "did), by kind (max_concurrent_runs, rate_limit) and what was busy (the agent, the model).",
+    ["kind", "on"],
+)  # fmt: skip
 TOOL_CALLS = Counter(
     "nightshift_tool_calls", "Tool calls by agent, tool and result (ok, error, replayed).",
     ["agent", "tool", "result"],

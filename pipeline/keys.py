@@ -7,7 +7,8 @@ names a shared one).
 Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
 what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing),
 `conflict:<action key>` (another run owns that key), `model:<model>` (the model provider is
-down: waiting out the outage).
+down: waiting out the outage), `turn:<agent>` (the agent's max_concurrent_runs are busy),
+`rate:<model>` (the model's rate limits: waiting for the time reserved for the call).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
 `<batch>:synthesis`, `retry-of:<run id>` (the retry of a failed or cancelled run: a prefix
 callers may not use).
@@ -103,6 +104,10 @@ class WaitKind(StrEnum):
     (done, failed, rejected or released), or for a person to cancel this run."""
     MODEL = "model"
     """The model provider kept failing: the tick wakes the run once a probe got a reply."""
+    TURN = "turn"
+    """The agent's max_concurrent_runs are in a step: the run waits for one to end, in order."""
+    RATE = "rate"
+    """The model's calls reached its rate limits: the run waits for its reserved time."""
     VERSION = "version"
     """The agent changed under the run (its policy parks it, or a journaled call names a tool
     it no longer has): a person allows it to go on under this version, or cancels it."""
@@ -155,6 +160,14 @@ def model_wait(model: str) -> Wait:
 
 MODEL_WAIT_PREFIX = f"{WaitKind.MODEL}:"
 """What `waiting_on` starts with for every run waiting on a model provider (SQL LIKE)."""
+
+
+def turn_wait(agent: str) -> Wait:
+    return Wait(WaitKind.TURN, agent)
+
+
+def rate_wait(model: str) -> Wait:
+    return Wait(WaitKind.RATE, model)
 
 
 def version_wait(agent_version: str) -> Wait:

@@ -70,13 +70,18 @@ class PriceTable:
 def parse_model_prices(name: str, raw: str) -> tuple[tuple[str, ModelPrice], ...]:
     """`{"claude-haiku-4-5": {"input": 1, "output": 5, "cache_write": 1.25, "cache_read": 0.1}}`;
     cache_write and cache_read default to the API's multipliers of input."""
+    return tuple((model, _price(name, model, entry)) for model, entry in per_model(name, raw))
+
+
+def per_model(name: str, raw: str, what: str = "model prices") -> list[tuple[str, object]]:
+    """A setting's JSON object keyed by model name, as (model, entry) pairs."""
     try:
         table = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise SettingsError(f"{name} must be a JSON object of model prices ({exc})") from None
+        raise SettingsError(f"{name} must be a JSON object of {what} ({exc})") from None
     if not isinstance(table, dict):
         raise SettingsError(f"{name} must be a JSON object keyed by model name")
-    return tuple((model, _price(name, model, entry)) for model, entry in table.items())
+    return list(table.items())
 
 
 def _price(name: str, model: str, entry: object) -> ModelPrice:

@@ -128,6 +128,13 @@ def reply_of(content: list[Block], system: str, messages: list[Message], model: 
     }
 
 
+def estimate_request_tokens(agent: Agent, messages: list[Message]) -> int:
+    """A request's whole prompt (tools, system, messages) at four characters a token, before
+    it is sent (rate limits charge it); never less than the local Messages API counts."""
+    tools = len(json.dumps([t.spec() for t in agent.tools])) // 4 if agent.tools else 0
+    return tools + _estimate_tokens(agent.system, messages)
+
+
 def _estimate_tokens(system: str, messages: list[Message]) -> int:
     """About four characters a token, so budgets behave the same without a real model:
     len(json.dumps(messages)), added up from each message's own length ('[', ', ' between)."""

@@ -27,6 +27,7 @@ from pipeline.crash import crash_point
 from pipeline.engine import dispatch, quarantine, step_sql, stops
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import ParkRun
+from pipeline.engine.gate import Gate
 from pipeline.engine.leases import Heartbeat, Lease, fenced, take
 from pipeline.engine.limits import (
     Limits,
@@ -202,6 +203,8 @@ class StepRunner:
         """Limits read in the transaction that just committed: the next check uses them."""
         self.model: Model = model_for(settings)
         self.agent: Agent | None = None
+        self.gate: Gate | None = None
+        """Flow control (pipeline/engine/gate.py), once the agent is known."""
         self.calls_in_step = 0
         self.usage = Usage()
         """What this step's model calls used (journaled replies, replayed ones included): added
@@ -214,7 +217,11 @@ class StepRunner:
                 agent = self.agent = get_agent(run.agent)
             except UnknownAgent as exc:
                 return self._unknown_agent(run, exc, leave=leave_unknown_agent)
-            return self._run(run, agent, journal)
+            self.gate = Gate(run.id, agent, self.model.name, self.settings)
+            try:
+                return self._run(run, agent, journal)
+            finally:
+                self.gate.leave()  # after the park or the checkpoint committed
 
     def _run(self, run: RunSnapshot, agent: Agent, journal: jr.Journal) -> StepResult:
         failures = run.failures
@@ -368,6 +375,8 @@ class StepRunner:
     def _timed_model_call(
         self, run: RunSnapshot, agent: Agent, messages: list[dict[str, Any]], room: int
     ) -> Reply:
+        if self.gate is not None:  # its turn, or the run parks until it comes
+            self.gate.admit(messages, room)
         started, result = time.perf_counter(), "error"
         try:
             # Brief retries here; past them the run parks until the provider answers again.
@@ -377,6 +386,8 @@ class StepRunner:
         finally:
             instruments.MODEL_CALLS.labels(run.agent, result).inc()
             instruments.MODEL_SECONDS.labels(run.agent).observe(time.perf_counter() - started)
+        if self.gate is not None:
+            self.gate.settle(reply)
         usage = reply.get("usage") or {}
         for kind in ("input", "output"):
             instruments.MODEL_TOKENS.labels(run.agent, kind).inc(usage.get(f"{kind}_tokens") or 0)

@@ -15,6 +15,7 @@ from typing import Any
 from pipeline.errors import SettingsError
 from pipeline.prices import ModelPrice, PriceTable
 from pipeline.process_wide import ProcessWide
+from pipeline.rate_limits import RateLimit
 from pipeline.settings import broker_urls
 from pipeline.settings import options as o
 from pipeline.settings.declared import (  # noqa: F401 (DEFAULT_MODEL, SECRET_ROW re-exported)
@@ -129,6 +130,10 @@ class Settings(Declared):
             self.price_cache_read_per_mtok,
         )
         return PriceTable(default, self.model_prices)
+
+    def rate_limit_of(self, model: str) -> RateLimit | None:
+        """The limits NIGHTSHIFT_MODEL_RATE_LIMITS sets for calls of `model`, if any."""
+        return dict(self.model_rate_limits).get(model)
 
     @property
     def metrics_dir(self) -> Path:

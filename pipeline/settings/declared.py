@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pipeline.settings.options as o
 from pipeline.prices import ModelPrice
+from pipeline.rate_limits import RateLimit, parse_rate_limits
 from pipeline.settings.broker_urls import broker_url
 from pipeline.settings.options import setting
 from pipeline.settings.postgres_urls import postgres_url
@@ -217,6 +218,14 @@ class Declared:
             "once a probe got a reply, the runs that waited are woken at about this rate "
             "(so many per tick)"
         ),
+    )
+    model_rate_limits: tuple[tuple[str, RateLimit], ...] = setting(
+        "NIGHTSHIFT_MODEL_RATE_LIMITS", (), parse=parse_rate_limits, shown="unset",
+        help='your provider\'s limits per model, JSON: `{"claude-sonnet-4-5": '
+        '{"requests_per_minute": 50, "input_tokens_per_minute": 30000, '
+        '"output_tokens_per_minute": 8000}}`; every worker of every host paces its calls of '
+        "that model (with the same API key) under them together, a run waiting its turn parked "
+        "with reason `rate_limit` (docs/flow-control.md)",
     )
     max_tokens_cap: int = setting(
         "NIGHTSHIFT_MAX_TOKENS_CAP", 8192,

@@ -191,3 +191,21 @@ def test_every_secret_is_left_out_of_the_repr() -> None:
     assert {"ANTHROPIC_API_KEY", "NIGHTSHIFT_API_TOKEN", "NIGHTSHIFT_NOTIFY_SECRET"} <= set(secrets)
     shown = repr(Settings.from_env(secrets))
     assert "s3cret-value" not in shown
+
+
+def test_model_rate_limits_are_read_per_model_and_bad_ones_named() -> None:
+    limits = '{"claude-x": {"requests_per_minute": 50, "output_tokens_per_minute": 8000}}'
+    settings = Settings.from_env({"NIGHTSHIFT_MODEL_RATE_LIMITS": limits})
+    limit = settings.rate_limit_of("claude-x")
+    assert limit is not None
+    assert limit.requests_per_minute == 50.0 and limit.output_tokens_per_minute == 8000.0
+    assert limit.input_tokens_per_minute is None
+    assert settings.rate_limit_of("claude-y") is None
+    for bad, said in [
+        ('{"claude-x": {"rpm": 5}}', "unknown limit 'rpm'"),
+        ('{"claude-x": {"requests_per_minute": 0}}', "must be a positive number"),
+        ('{"claude-x": {}}', "needs at least one of"),
+        ("[50]", "keyed by model name"),
+    ]:
+        with pytest.raises(SettingsError, match=said):
+            Settings.from_env({"NIGHTSHIFT_MODEL_RATE_LIMITS": bad})

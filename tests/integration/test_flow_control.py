@@ -1,0 +1,124 @@
+"""Flow control shared by every worker (pipeline/engine/gate.py, flow_ledger.py): the ledgers
+in the real Redis, and an agent's max_concurrent_runs held across two worker processes."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.engine.flow_ledger import BURST_SECONDS, Pace, Turns
+from pipeline.processes.celery_process import wait_for
+from pipeline.rate_limits import RateLimit
+from pipeline.runs.start import start_run
+from tests.flow_agents import LIMIT
+from tests.integration.conftest import ProcessFactory
+from tests.support import run_row
+
+
+def scope() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+def test_turns_go_first_in_first_out(db_url: str) -> None:
+    turns = Turns(scope(), limit=2)
+
+    def ask(run: str) -> int | None:
+        waits = turns.ask(run, 60, 10, 300)
+        return None if waits is None else waits[0]
+
+    # given two runs in a step, the next two wait in the order they came
+    assert (ask("a"), ask("b")) == (None, None)
+    assert (ask("c"), ask("d")) == (0, 1)
+    assert ask("a") is None  # asking again while holding renews the hold
+    # when one leaves, the first waiter's turn comes, and nobody else takes it meanwhile
+    assert turns.leave("a") == ["c"]
+    assert ask("e") == 2
+    assert ask("d") == 1
+    assert ask("c") is None
+    # then the next leave is d's turn, not e's, however often e asks
+    assert turns.leave("b") == ["d"]
+    assert ask("e") == 1
+    assert ask("d") is None
+    assert turns.leave("c") == ["e"]
+    assert turns.leave("nobody") == ["e"]  # a run holding no turn gives nothing back
+
+
+def test_turns_of_a_dead_worker_lapse_and_silent_waiters_are_forgotten(db_url: str) -> None:
+    turns = Turns(scope(), limit=1)
+    assert turns.ask("dead", 0.5, 10, 300) is None  # its worker dies in the step
+    assert turns.ask("gone", 60, 0.01, 0.01) == (0, 0.01)  # waits, then never asks again
+    assert turns.ask("late", 60, 10, 300) == (1, 20.0)  # further back: looked at less often
+    # when the dead holder's hold lapsed and "gone" did not ask within thrice its recheck
+    time.sleep(0.7)
+    # then the turn is late's
+    assert turns.ask("late", 60, 10, 300) is None
+
+
+def test_the_pace_reserves_a_time_for_each_call_past_the_limit(db_url: str) -> None:
+    pace = Pace(scope(), RateLimit(requests_per_minute=60))
+    # given 60 requests a minute: a burst's worth go at once (BURST_SECONDS of them)
+    went = [pace.ask(f"r{i}", 100, 10) for i in range(int(BURST_SECONDS))]
+    assert went == [0.0] * int(BURST_SECONDS)
+    # then each next one is given its own time, a second apart
+    first, second = pace.ask("late1", 100, 10), pace.ask("late2", 100, 10)
+    assert 0.8 < first < 1.05 and 1.8 < second < 2.05
+    # and asking again before that time keeps the reservation (it is not charged twice)
+    assert pace.ask("late1", 100, 10) == pytest.approx(first, abs=0.1)
+    assert pace.ask("late3", 100, 10) == pytest.approx(3.0, abs=0.1)
+    time.sleep(first)
+    assert pace.ask("late1", 100, 10) == 0.0
+
+
+def test_the_pace_settles_a_calls_real_usage(db_url: str) -> None:
+    pace = Pace(scope(), RateLimit(input_tokens_per_minute=6000))  # 100 tokens a second
+    assert pace.ask("a", 600, 0) == 0.0  # the burst: 6 s worth
+    assert pace.ask("b", 100, 0) == pytest.approx(1.0, abs=0.1)
+    # when a's call used 300 tokens fewer than it was charged, c's wait is 3 s shorter
+    pace.settle(-300, 0)
+    assert pace.ask("c", 400, 0) == pytest.approx(2.0, abs=0.1)
+
+
+def steps_at_once(log: Path) -> int:
+    """The most tool calls in flight at one instant."""
+    spans = [json.loads(line) for line in log.read_text().splitlines()]
+    edges = sorted([(s["started"], 1) for s in spans] + [(s["ended"], -1) for s in spans])
+    most = now = 0
+    for _, change in edges:
+        now += change
+        most = max(most, now)
+    return most
+
+
+def test_max_concurrent_runs_holds_across_two_workers(
+    db_url: str,
+    tmp_path: Path,
+    processes: ProcessFactory,
+    register_agents: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given an agent allowing 5 of its runs in a step, and two workers of 8 slots each
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    register_agents("tests.flow_agents:TURNS")
+    processes("worker-a", concurrency=8)
+    processes("worker-b", concurrency=8)
+    processes("beat", beat=True)
+    log = tmp_path / "steps.jsonl"
+    # when 24 runs start at once
+    runs = [start_run("flow_turns", {"log": str(log)}).run_id for _ in range(24)]
+
+    def finished() -> list[Any] | None:
+        rows = [run_row(run) for run in runs]
+        return rows if all(row.status in ("succeeded", "failed") for row in rows) else None
+
+    rows = wait_for(finished, timeout=120, what="24 runs of flow_turns to finish", interval=0.5)
+    # then every run succeeded, yet never more than 5 were in a step at once across both
+    assert [row.status for row in rows] == ["succeeded"] * 24
+    assert len(log.read_text().splitlines()) == 48
+    most = steps_at_once(log)
+    assert 2 <= most <= LIMIT, most
