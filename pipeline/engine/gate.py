@@ -20,7 +20,7 @@ from typing import Any
 import redis.exceptions
 
 import pipeline.instruments as instruments
-from models import Run, RunStatus
+from models import RunStatus
 from pipeline.agent_definition import Agent, Message
 from pipeline.db import transaction
 from pipeline.engine.actions import ParkRun
@@ -28,7 +28,7 @@ from pipeline.engine.flow_ledger import Pace, Turns
 from pipeline.engine.llm import Reply, estimate_request_tokens
 from pipeline.keys import rate_wait, turn_wait
 from pipeline.logs import get_logger
-from pipeline.runs.waits import wake_txn
+from pipeline.runs.waits import wake_waiting_txn
 from pipeline.settings import Settings
 
 log = get_logger("nightshift.engine")
@@ -139,9 +139,9 @@ class Gate:
             return
         if not due:
             return
-        waiting = Run.waiting_on == str(turn_wait(self.agent.name))
         with transaction() as session:
-            wake_txn(session, Run.id.in_([uuid.UUID(run) for run in due]) & waiting)
+            runs = [uuid.UUID(run) for run in due]
+            wake_waiting_txn(session, runs, str(turn_wait(self.agent.name)))
 
 
 def _after(seconds: float) -> datetime:

@@ -49,6 +49,18 @@ def wake_for_action_txn(session: Session, action_key: str) -> list[uuid.UUID]:
     return wake_txn(session, session.scalars(settled).all())
 
 
+def wake_waiting_txn(
+    session: Session, run_ids: Sequence[uuid.UUID], waiting_on: str
+) -> list[uuid.UUID]:
+    """Those of the runs still waiting on `waiting_on` (a turn given back: engine/gate.py)."""
+    waiting = (
+        select(Run.id)
+        .where(Run.id.in_(run_ids), Run.status == RunStatus.WAITING, Run.waiting_on == waiting_on)
+        .with_for_update(skip_locked=True)
+    )
+    return wake_txn(session, session.scalars(waiting).all())
+
+
 def wake_due_timers_txn(session: Session, limit: int) -> list[uuid.UUID]:
     """Runs whose timer is due. A wait on the model has its give-up time in wake_at: the
     outages' probe and pacing wake it (pipeline/runs/outages.py), the expiry ends it."""
