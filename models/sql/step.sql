@@ -61,9 +61,11 @@ RETURNING resumptions.cause,
 ;
 
 -- name: load_run
--- The run as a step needs it; after a claim that failed, who holds it.
+-- The run as a step needs it; after a claim that failed, who holds it. `synthesis_of`: the
+-- batch whose synthesis the fan-out started as this run (tools' ToolContext.batch_id).
 SELECT agent, input, step, max_steps, state, batch_id, failed_step, failed_attempts, failures,
-       agent_version, running_version, allowed_version, lease_owner
+       agent_version, running_version, allowed_version, lease_owner,
+       (SELECT b.id FROM batches b WHERE b.synthesis_run_id = runs.id LIMIT 1) AS synthesis_of
   FROM runs
  WHERE id = %(run_id)s
 ;

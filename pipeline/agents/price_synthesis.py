@@ -72,8 +72,15 @@ write_summary = document_tool(
 
 def price_key(args: dict[str, Any], context: ToolContext) -> str:
     """One change per SKU and batch (night), however often it is proposed or approved:
-    `price_synthesis:sku-2:<batch>`."""
-    return f"{args['sku']}:{context.run_input['batch']}"
+    `price_synthesis:sku-2:<batch>`. The batch is the one whose synthesis the fan-out started as
+    this run (context.batch_id), never the input's `batch`: a run started by hand, whatever
+    batch and children its input names, proposes nothing under a night's key."""
+    if context.batch_id is None:
+        raise PermanentError(
+            "refused: price changes are proposed only by a night's synthesis, which its batch "
+            "starts; this run was started on its own; nothing was proposed"
+        )
+    return f"{args['sku']}:{context.batch_id}"
 
 
 def run_skus(run_input: dict[str, Any]) -> list[str]:

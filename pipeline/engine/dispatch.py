@@ -94,10 +94,16 @@ def unrunnable(tool: Tool) -> PermanentError | None:
 
 
 def context_for(
-    run_id: uuid.UUID, agent: str, block: Block, settings: Settings, run_input: dict[str, Any]
+    run_id: uuid.UUID,
+    agent: str,
+    block: Block,
+    settings: Settings,
+    run_input: dict[str, Any],
+    *,
+    batch_id: str | None = None,
 ) -> ToolContext:
     """What the tool (and its key, check and lookup) gets for this call."""
-    return ToolContext(run_id, agent, block["id"], settings, run_input)
+    return ToolContext(run_id, agent, block["id"], settings, run_input, batch_id=batch_id)
 
 
 def action_key(tool: Tool, args: dict[str, Any], context: ToolContext) -> str:

@@ -103,6 +103,10 @@ class RunSnapshot:
     max_steps: int
     state: dict[str, Any]
     batch_id: str | None
+    """The batch this run is a child of."""
+    belongs_to: str | None
+    """The batch this run belongs to as the fan-out recorded it: its children's, or the one it
+    is the synthesis of (what its tools see as ToolContext.batch_id)."""
     failures: StepFailures
     """The failed attempts of this step so far (a suspect runs in quarantine)."""
     versions: RunVersions
@@ -177,6 +181,7 @@ def _loaded(run_id: uuid.UUID, claimed: Claimed, seen: jr.Seen) -> Loaded:
         max_steps=row.max_steps,
         state=row.state,
         batch_id=row.batch_id,
+        belongs_to=row.batch_id or row.synthesis_of,
         failures=StepFailures.of(row.failed_step, row.failed_attempts, row.failures, row.step),
         versions=RunVersions(row.agent_version, row.running_version, row.allowed_version),
     )
@@ -305,6 +310,7 @@ class StepRunner:
                 last=b is uses[-1],
                 replayed=replayed,
                 version=version,
+                batch_id=run.belongs_to,
             )
             for b in uses
         ]

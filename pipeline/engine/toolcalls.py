@@ -45,6 +45,8 @@ class ToolCall:
     """Its model reply came from the journal: an earlier attempt of this step wrote it."""
     version: StepVersion | None = None
     """The agent version this step runs under (None: a caller outside a step)."""
+    batch_id: str | None = None
+    """The batch the run belongs to, as the fan-out recorded it (ToolContext.batch_id)."""
 
     @property
     def drifted(self) -> bool:
@@ -102,10 +104,7 @@ def _call(
         return _record(call, journal, settings, error=invalid)
     if tool.wake_time is not None:
         await_timer(tool, call.block, call.lease, call.step, journal)
-    context = replace(
-        dispatch.context_for(call.run_id, call.agent, call.block, settings, call.run_input),
-        keep_going=keep_going,
-    )
+    context = replace(_context(call, settings), keep_going=keep_going)
     try:
         with once_scope(JournalOnce(call.lease, journal, call.step)):
             output = _execute(tool, call, context)
@@ -136,10 +135,14 @@ def record_proposals(
             continue
         if dispatch.invalid_arguments(tool, call.block.get("input")):
             continue
-        context = dispatch.context_for(
-            call.run_id, call.agent, call.block, settings, call.run_input
-        )
+        context = _context(call, settings)
         record_proposal(tool, call, context)
+
+
+def _context(call: ToolCall, settings: Settings) -> ToolContext:
+    return dispatch.context_for(
+        call.run_id, call.agent, call.block, settings, call.run_input, batch_id=call.batch_id
+    )
 
 
 def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:

@@ -23,7 +23,7 @@ from pipeline.keys import child_key, synthesis_key
 from pipeline.logs import get_logger
 from pipeline.runs import notifications
 from pipeline.runs.notifications import check_notify_url
-from pipeline.runs.start import create_run_txn, create_runs_txn, new_runs
+from pipeline.runs.start import StartedRun, create_run_txn, create_runs_txn, new_runs
 
 log = get_logger("nightshift.fanout")
 _TERMINAL = RunStatus.terminal()
@@ -133,25 +133,35 @@ def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
     synthesis_input: dict[str, Any] = {"batch": batch_id, "children": outcomes}
     if stopped:  # a partial synthesis of the children that finished, saying what stopped
         synthesis_input["stopped"] = _stopped_part(batch, outcomes)
-    started = create_run_txn(
-        session,
-        batch.params["synthesis_agent"],
-        synthesis_input,
-        synthesis_key(batch_id),
-        deadline=batch.deadline,
-        caller=False,  # as large as the batch: not held to a request's size limit
-    )
     # A stopped batch stays stopped (its reason kept); its synthesis still runs once.
     status = BatchStatus.STOPPED if stopped else BatchStatus.SYNTHESIZING
-    session.execute(
-        update(Batch)
-        .where(Batch.id == batch_id)
-        .values(synthesis_run_id=started.run_id, status=status)
-    )
+    started = start_synthesis_txn(session, batch, synthesis_input, status)
     failed = [o["item"] for o in outcomes if o["status"] != RunStatus.SUCCEEDED.value]
     log.info("batch %s: every child is done (%d failed); synthesis %s", batch_id, len(failed),
              started.run_id)  # fmt: skip
     return started.run_id if started.created else None
+
+
+def start_synthesis_txn(
+    session: Session, batch: Batch, synthesis_input: dict[str, Any], status: BatchStatus
+) -> StartedRun:
+    """Start `batch`'s synthesis run with this input (once: its key is `<batch>:synthesis`) and
+    record it as the batch's, which is what makes it the batch's to its tools
+    (ToolContext.batch_id), whatever its input says."""
+    started = create_run_txn(
+        session,
+        batch.params["synthesis_agent"],
+        synthesis_input,
+        synthesis_key(batch.id),
+        deadline=batch.deadline,
+        caller=False,  # as large as the batch: not held to a request's size limit
+    )
+    session.execute(
+        update(Batch)
+        .where(Batch.id == batch.id)
+        .values(synthesis_run_id=started.run_id, status=status)
+    )
+    return started
 
 
 def _stopped_part(batch: Batch, outcomes: list[dict[str, Any]]) -> dict[str, Any]:

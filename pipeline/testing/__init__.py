@@ -8,7 +8,8 @@
     (digest,) = run.actions                  # the side effect, recorded and not sent
     assert digest.key == "oncall_digest:2026-11-29:ops" and digest.sends == 0
 
-`run_agent` starts a run (`runs.start`, as `nightshift start` does) and runs its steps with the
+`run_agent` starts a run (`runs.start`, as `nightshift start` does; with `batch=`, as a night's
+fan-out starts its synthesis) and runs its steps with the
 code a worker runs (`engine/time_limit.py`'s `execute_bounded_step`, what the `pipeline.step`
 task calls, and `engine/step.py`'s StepRunner): the claim and the lease, limits, budgets,
 deadlines, required settings, the journal, the action protocol with its reconciliation, timers

@@ -14,15 +14,16 @@ from typing import Any
 from sqlalchemy import select
 
 from models import Action as ActionRow
-from models import ActionState, Artifact, JournalEntry, Run, RunStatus
+from models import ActionState, Artifact, Batch, BatchStatus, JournalEntry, Run, RunStatus
 from pipeline.agent_definition import Agent, Message
 from pipeline.app import step_queue
-from pipeline.db import read_only
+from pipeline.db import read_only, transaction
 from pipeline.engine import dispatch
 from pipeline.engine import journal as jr
 from pipeline.registry import agents_by_value, registry
-from pipeline.runs.deadlines import parse_deadline
+from pipeline.runs.deadlines import Deadline, parse_deadline
 from pipeline.runs.decisions import Actor, Decision, decide
+from pipeline.runs.fanout import start_synthesis_txn
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
 from pipeline.settings import Settings, config_variable, get_settings
@@ -46,6 +47,7 @@ def run_agent(
     config: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
     deadline: float | str | None = None,
+    batch: str | None = None,
 ) -> AgentRun:
     """Start a run of `agent` on `run_input` and run it until it ends or waits.
 
@@ -53,10 +55,12 @@ def run_agent(
     agent's script. `config`: tools' own settings (`{"oncall.web_url": ...}`, what
     `context.config` reads). `env`: nightshift's settings by variable, as a worker would have
     them (`{"NIGHTSHIFT_APPROVERS_MAIL_DIGEST": "alice"}`); the process environment is not
-    read. `deadline`: as `start_run` takes it (seconds, `"15m"`, an ISO-8601 time)."""
+    read. `deadline`: as `start_run` takes it (seconds, `"15m"`, an ISO-8601 time). `batch`:
+    run it as that batch's synthesis, as a night's fan-out starts one once its children are done
+    (its tools see `context.batch_id == batch`; without it, a run started on its own has none)."""
     variables = {config_variable(k): v for k, v in (config or {}).items()}
     return AgentRun(agent, run_input, dict(tools or {}), replies, {**(env or {}), **variables},
-                    deadline)  # fmt: skip
+                    deadline, batch)  # fmt: skip
 
 
 def tool_context(
@@ -65,12 +69,32 @@ def tool_context(
     *,
     config: Mapping[str, str] | None = None,
     tool_use_id: str = "toolu_test",
+    batch_id: str | None = None,
 ) -> ToolContext:
     """The context a tool of `agent` gets in a run with this input, to call one tool directly:
-    `mail_digest.action_key(args, tool_context(AGENT, RUN))`, `read_handover.run(...)`."""
+    `mail_digest.action_key(args, tool_context(AGENT, RUN))`, `read_handover.run(...)`.
+    `batch_id`: the batch the run belongs to (a child's, or the one it is the synthesis of)."""
     block = {"id": tool_use_id, "name": "", "input": {}}
     settings = Settings.from_env({config_variable(k): v for k, v in (config or {}).items()})
-    return dispatch.context_for(uuid.uuid4(), agent.name, block, settings, run_input)
+    return dispatch.context_for(
+        uuid.uuid4(), agent.name, block, settings, run_input, batch_id=batch_id
+    )
+
+
+def start_synthesis(
+    agent_name: str, run_input: dict[str, Any], batch: str, deadline: Deadline | None = None
+) -> uuid.UUID:
+    """Start a run of `agent_name` as batch `batch`'s synthesis, the way a night's fan-out
+    starts one (runs.fanout.start_synthesis_txn), for a batch of that id recorded here with no
+    children of its own: what a synthesis agent's test needs to run it as a night does."""
+    if isinstance(deadline, timedelta):
+        deadline = datetime.now(UTC) + deadline
+    with transaction() as session:
+        row = Batch(id=batch, name=agent_name, params={"synthesis_agent": agent_name},
+                    deadline=deadline)  # fmt: skip
+        session.add(row)
+        session.flush()
+        return start_synthesis_txn(session, row, run_input, BatchStatus.SYNTHESIZING).run_id
 
 
 class AgentRun:
@@ -85,6 +109,7 @@ class AgentRun:
         replies: Iterable[CannedReply] | None,
         variables: dict[str, str],
         deadline: float | str | None,
+        batch: str | None = None,
     ) -> None:
         self._recorder = Recorder()
         self.agent = stand_in_agent(agent, stubs, replies, self._recorder)
@@ -103,7 +128,10 @@ class AgentRun:
             {**where, **variables, "NIGHTSHIFT_DATABASE_URL": self._database.url}
         )
         with self._in_force():
-            self.id = start_run(agent.name, run_input, deadline=parsed_deadline).run_id
+            if batch is None:
+                self.id = start_run(agent.name, run_input, deadline=parsed_deadline).run_id
+            else:
+                self.id = start_synthesis(agent.name, run_input, batch, parsed_deadline)
             self._go()
 
     def __repr__(self) -> str:

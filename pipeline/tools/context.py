@@ -35,6 +35,11 @@ class ToolContext:
     tool_use_id: str
     settings: Settings
     run_input: dict[str, Any]
+    batch_id: str | None = None
+    """The batch this run belongs to, as the runtime recorded it: a child's batch, or the batch
+    this run is the synthesis of; None for a run started on its own. Never the input's: an
+    action key scoped to a night takes the night from here (docs/agents.md, "What may go into a
+    key")."""
     idempotency_key: str | None = None
     """Set for side-effecting tools (and their lookup): send it to the service, e.g. as
     `Idempotency-Key`. Already namespaced by agent (see SideEffect.namespace)."""

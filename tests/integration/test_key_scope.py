@@ -4,22 +4,38 @@ cannot take the key of another run's side effect, make that run park, or ride on
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
-from models import ActionState, RunStatus
+from models import Action, ActionState, Batch, RunStatus
+from pipeline.agent_definition import BatchPlan
+from pipeline.agents.price_synthesis import PRICING_APPROVER
+from pipeline.db import transaction
+from pipeline.runs.fanout import create_batch_txn
 from pipeline.sandbox.git_repos import DEMO_REPO
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
+from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.responders import agent_responder
+from pipeline.sandbox.web import competitors
 from pipeline.settings import get_settings
-from tests.integration.api_fixtures import action_row, bearer, live_server, make_app, person_token
+from tests.integration.api_fixtures import (
+    action_row,
+    as_seen,
+    bearer,
+    live_server,
+    make_app,
+    person_token,
+    signed,
+)
 from tests.integration.conftest import ProcessFactory
-from tests.support import run_row, wait_for_status
+from tests.support import run_row, wait_for, wait_for_status
 
 PARKED = {RunStatus.WAITING.value, RunStatus.NEEDS_ATTENTION.value}
 ENDED = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}
@@ -31,6 +47,95 @@ def start(base: str, token: str, agent: str, run_input: dict[str, Any]) -> uuid.
     )
     assert answer.status_code == 201, answer.text
     return uuid.UUID(answer.json()["run_id"])
+
+
+# -- a night's price synthesis: its batch is the one the fan-out recorded --------------------
+
+NIGHT = "competitor-monitor:2026-11-30T07:00:00+00:00"
+MADE_UP = [
+    {"item": {"competitor": c, "name": f"Made-up {c}"}, "status": "succeeded",
+     "reason": "completed", "error": None,
+     "result": json.dumps({"ok": True, "currency": "USD", "prices": {"sku-2": 40.0}})}
+    for c in ("x01", "x02", "x03")
+]  # fmt: skip
+"""Children nobody ran, all quoting sku-2 at 40.00 (ours is 49.00: within the 25% bound)."""
+
+
+def price_key(sku: str) -> str:
+    return f"price_synthesis:{sku}:{NIGHT}"
+
+
+def start_the_night() -> None:
+    """Tonight's competitor monitor as its schedule starts it: three competitors (the web
+    sandbox's c01-c03, whose median moves sku-1 and sku-2), then the synthesis, once."""
+    listed = competitors(3)
+    plan = BatchPlan(
+        batch_id=NIGHT, name="competitor_monitor", child_agent="competitor_monitor",
+        child_inputs=[{"competitor": c["id"], "name": c["name"], "batch": NIGHT} for c in listed],
+        synthesis_agent="price_synthesis", params={},
+    )  # fmt: skip
+    with transaction() as session:
+        assert create_batch_txn(session, plan)
+
+
+def synthesis_of_the_night() -> uuid.UUID | None:
+    with transaction() as session:
+        return session.scalar(select(Batch.synthesis_run_id).where(Batch.id == NIGHT))
+
+
+def keys_of(run_id: uuid.UUID) -> dict[str, ActionState]:
+    with transaction() as session:
+        rows = session.execute(
+            select(Action.idempotency_key, Action.state).where(Action.run_id == run_id)
+        )
+        return {row.idempotency_key: row.state for row in rows}
+
+
+def test_a_run_started_with_a_nights_batch_cannot_take_the_nights_price_changes(
+    pricing: PricingSandbox, processes: ProcessFactory
+) -> None:
+    processes("w1")
+    pricer = person_token(PRICING_APPROVER)
+    with live_server(make_app()) as base:
+        # given a synthesis started by someone's token with tonight's batch and made-up
+        # children quoting sku-2 at 40.00
+        squatter = start(
+            base, person_token("mallory@example.com"), "price_synthesis",
+            {"batch": NIGHT, "children": MADE_UP},
+        )  # fmt: skip
+        squatted = wait_for_status(squatter, PARKED | ENDED, timeout=60)
+        # when tonight's batch runs and its synthesis proposes its changes
+        start_the_night()
+        real = wait_for(synthesis_of_the_night, timeout=90, what="the night's synthesis")
+        parked = wait_for_status(real, PARKED | ENDED, timeout=60)
+
+        # then the made-up run proposed nothing: its key would not be the night's, and it
+        # holds none
+        assert squatted.status is RunStatus.SUCCEEDED, squatted.error
+        assert "proposed only by a night's synthesis" in str(run_row(squatter).result)
+        assert keys_of(squatter) == {}
+        # and the night's synthesis did not park on a conflict: it waits for its own changes
+        assert (parked.status, parked.stop_reason) == (RunStatus.WAITING, None), parked.error
+        assert keys_of(real) == {
+            price_key("sku-1"): ActionState.PENDING_APPROVAL,
+            price_key("sku-2"): ActionState.PENDING_APPROVAL,
+        }
+        assert action_row(price_key("sku-2")).args["price"] == 47.03
+
+        # when the pricing manager approves what they see, as they see it
+        for sku in ("sku-1", "sku-2"):
+            key, path = price_key(sku), f"/approvals/{price_key(sku)}"
+            body = {"decision": "approve", **as_seen(key)}
+            approved = httpx.post(f"{base}{path}", timeout=10, **signed(path, body, token=pricer))
+            assert approved.status_code == 200, approved.text
+            assert approved.json()["run_id"] == str(real)
+        done = wait_for_status(real, ENDED, timeout=60)
+
+    # then the price book has the night's prices, each set once, and the summary says so
+    assert done.status is RunStatus.SUCCEEDED, done.error
+    assert [c["price"] for c in pricing.changes(price_key("sku-2"))] == [47.03]
+    assert pricing.price("sku-2")["price"] == 47.03  # type: ignore[index]
+    assert "sku-2 set to 47.03" in done.result["text"]
 
 
 # -- Patch: the pull request's repository and branch are the run's issue's -------------------

@@ -39,6 +39,7 @@ from pipeline.sandbox.transport import Request, Response
 from pipeline.sandbox.web import SKU_BASE_PRICES, WebSandbox, competitors
 from pipeline.settings import get_settings
 from pipeline.testing import run_agent
+from pipeline.testing.agent_run import start_synthesis
 from tests.integration.conftest import ProcessFactory
 from tests.support import run_row, wait_for, wait_for_status
 
@@ -65,6 +66,8 @@ class Scenario:
     input: dict[str, Any]
     approver: str | None = None
     timer: bool = False
+    batch: str | None = None
+    """Run as this batch's synthesis, as a night's fan-out starts it."""
 
 
 SCENARIOS = {
@@ -75,7 +78,9 @@ SCENARIOS = {
     ),
     "competitor_monitor": Scenario({"competitor": "c01", "name": "Competitor 1"}),
     "price_synthesis": Scenario(
-        {"batch": "parity-night", "children": _children()}, approver=PRICING_APPROVER
+        {"batch": "parity-night", "children": _children()},
+        approver=PRICING_APPROVER,
+        batch="parity-night",
     ),
     "invoice_reminders": Scenario({"date": "2026-11-30"}),
     "bench": Scenario({"steps": 3}),
@@ -180,7 +185,10 @@ class Ending:
 
 
 def on_a_worker(name: str, scenario: Scenario) -> Ending:
-    run_id = start_run(name, scenario.input).run_id
+    if scenario.batch is None:
+        run_id = start_run(name, scenario.input).run_id
+    else:
+        run_id = start_synthesis(name, scenario.input, scenario.batch)
     wait_for_status(run_id, ENDED, timeout=120)
     decided: set[str] = set()
     while scenario.approver is not None and _pending(run_id):
@@ -226,7 +234,7 @@ def _pending(run_id: uuid.UUID) -> list[str]:
 def offline(name: str, scenario: Scenario, env: dict[str, str], data_dir: Path) -> Ending:
     agent = get_agent(name)
     sends = {t.name: t.run for t in agent.tools if t.has_side_effects}
-    run = run_agent(agent, scenario.input, tools=sends,
+    run = run_agent(agent, scenario.input, tools=sends, batch=scenario.batch,
                     env={**env, "NIGHTSHIFT_DATA_DIR": str(data_dir)})  # fmt: skip
     while scenario.approver is not None and run.pending:
         run.approve(run.pending[0].key, by=scenario.approver)

@@ -14,9 +14,9 @@ from sqlalchemy import select
 from models import Action, ActionState, RunStatus
 from pipeline.db import transaction
 from pipeline.runs.decisions import Decision, decide
-from pipeline.runs.start import start_run
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.responders import agent_responder
+from pipeline.testing.agent_run import start_synthesis
 from tests.integration.api_fixtures import PRICING_ACTOR
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import tool_results, wait_for_status
@@ -77,7 +77,7 @@ def test_a_steered_model_gets_only_the_runs_bounded_change_proposed(
     processes("w1")
 
     # when the night's synthesis proposes its changes
-    run_id = start_run("price_synthesis", RUN_INPUT).run_id
+    run_id = start_synthesis("price_synthesis", RUN_INPUT, NIGHT)
     parked = wait_for_status(run_id, {RunStatus.WAITING.value} | DONE, timeout=60)
 
     # then only the legitimate change waits for approval; the others were never recorded

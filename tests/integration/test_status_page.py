@@ -25,6 +25,7 @@ from pipeline.runs.start import start_run
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.web import WebSandbox
 from pipeline.settings import get_settings
+from pipeline.testing.agent_run import start_synthesis
 from tests.integration.api_fixtures import (
     BUG,
     PR_KEY,
@@ -323,7 +324,7 @@ def test_a_person_approves_a_price_change_in_the_browser_and_it_happens_once(
     # given a worker that names the pricing manager as the approver of price changes, and the
     # night's price synthesis waiting for its change to be approved
     processes("worker", env={"NIGHTSHIFT_APPROVERS_SET_PRICE": "pricing.manager@example.com"})
-    run_id = start_run("price_synthesis", SYNTHESIS_INPUT).run_id
+    run_id = start_synthesis("price_synthesis", SYNTHESIS_INPUT, NIGHT)
     parked = wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
     assert parked.waiting_on == f"approval:{PRICE_KEY}"
     assert pricing.changes() == []
