@@ -70,6 +70,11 @@ class Dependency:
         self.is_outage = is_outage
         self._lock = threading.Lock()
         self._down_since: float | None = None
+        self._on_outage: list[Callable[[], None]] = []
+
+    def on_outage(self, call: Callable[[], None]) -> None:
+        """`call()` whenever an attempt finds it newly unreachable (it must return at once)."""
+        self._on_outage.append(call)
 
     @property
     def down(self) -> bool:
@@ -81,6 +86,8 @@ class Dependency:
             if self._down_since is not None:
                 return
             self._down_since = time.monotonic()
+        for call in self._on_outage:
+            call()
         since = datetime.now(UTC).strftime("%H:%M:%S UTC")
         log.warning("%s unreachable since %s; retrying (%s)", self.name, since, _reason(exc))
 

@@ -114,8 +114,22 @@ def _announce(sender: Any, **_: Any) -> None:
     """Heartbeats in the database: `nightshift runs` and the status page can then say when no
     worker consumes a run's queue."""
     queues = sorted(queue.name for queue in sender.task_consumer.queues)
-    interval = get_settings().worker_heartbeat_seconds
-    _presence.append(workers.Presence(sender.hostname, queues, interval).start())
+    settings = get_settings()
+    control = settings.control_queue
+
+    def take_ticks(take: bool) -> None:
+        # Through the worker's own remote control: its consumer changes what it consumes in
+        # its own thread (the broker channel is not this thread's to use).
+        if control not in queues:
+            return
+        if take:
+            app.control.add_consumer(control, destination=[sender.hostname])
+        else:
+            app.control.cancel_consumer(control, destination=[sender.hostname])
+
+    readiness = workers.Readiness(settings.ready_file, take_ticks)
+    interval = settings.worker_heartbeat_seconds
+    _presence.append(workers.Presence(sender.hostname, queues, interval, readiness).start())
 
 
 @worker_shutdown.connect
@@ -235,9 +249,10 @@ def _send_again(
 # Control tasks send no task events: Flower's task list (it is built from events) then shows
 # steps and entry points, not a tick every few seconds. Their logs still show each one.
 @app.task(name="pipeline.tick", ignore_result=True, send_events=False)
-def tick_task() -> dict[str, int]:
-    # PostgreSQL away (said once, not a traceback a tick): the next tick finds what this missed.
-    return DATABASE.attempt(_tick_once) or {}
+def tick_task() -> dict[str, int] | str:
+    # PostgreSQL away (said once, not a traceback a tick): the next tick finds what this missed,
+    # on a worker that reaches it (this one takes no tick until it does: workers.Readiness).
+    return DATABASE.attempt(_tick_once) or "database_unreachable"
 
 
 def _tick_once() -> dict[str, int]:

@@ -23,7 +23,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     # command being run is imported (`nightshift agents` need not import FastAPI).
     "pipeline.cli.demo": ("demo",),
     "pipeline.cli.services": ("services", "migrate"),
-    "pipeline.cli.processes": ("worker", "beat", "flower"),
+    "pipeline.cli.processes": ("worker", "ready", "beat", "flower"),
     "pipeline.cli.runs": ("start", "runs", "show", "tick"),
     "pipeline.cli.agents": ("agents",),
     "pipeline.cli.check": ("check",),

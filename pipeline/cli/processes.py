@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.errors import NightshiftError
+from pipeline.runs.workers import not_ready
 from pipeline.settings import child_environment, get_settings
 
 if TYPE_CHECKING:
@@ -37,6 +39,23 @@ def cmd_beat(args: argparse.Namespace) -> int:
     schedule_file.parent.mkdir(parents=True, exist_ok=True)
     argv = ["beat", "--loglevel", args.loglevel, "--schedule", str(schedule_file)]
     return _exec_celery([*argv, *args.celery_args])
+
+
+READY_BEATS = 3
+"""A ready file older than this many worker heartbeats is stale: its worker is stuck or gone."""
+
+
+def cmd_ready(args: argparse.Namespace) -> int:
+    """Exit 0 when this host's worker is ready (its heartbeats reach PostgreSQL), 1 with one
+    line saying why not: a readiness probe for supervisors and Kubernetes."""
+    settings = get_settings()
+    path = args.file or settings.ready_file
+    why = not_ready(path, READY_BEATS * settings.worker_heartbeat_seconds)
+    if why is not None:
+        print(why, file=sys.stderr)
+        return 1
+    print("ready")
+    return 0
 
 
 FLOWER_COLUMNS = "name,kwargs,state,received,runtime,worker"
@@ -82,6 +101,13 @@ def register(add: AddCommand) -> None:
     worker.add_argument("--concurrency", type=int, help="steps in flight per process")
     worker.add_argument("--name", default="worker@%h", help="node name (%%h: host)")
     _passes_through(worker, "celery worker", "-Q reports, -Ofair", WORKER_AGENTS)
+
+    ready = add(
+        "ready", cmd_ready, "exit 0 if this host's worker reaches PostgreSQL (a readiness probe)"
+    )
+    ready.add_argument(
+        "--file", type=Path, help="the worker's ready file (default: NIGHTSHIFT_WORKER_READY_FILE)"
+    )
 
     beat = add("beat", cmd_beat, "run Celery beat: the clock for schedules and the tick")
     beat.add_argument("--loglevel", default="INFO")

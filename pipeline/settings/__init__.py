@@ -136,6 +136,11 @@ class Settings(Declared):
         return dict(self.model_rate_limits).get(model)
 
     @property
+    def ready_file(self) -> Path:
+        """Where this host's worker says it is ready (`nightshift ready` reads it)."""
+        return self.worker_ready_file or self.data_dir / "worker.ready"
+
+    @property
     def metrics_dir(self) -> Path:
         """Where worker processes keep their Prometheus counters (prometheus_client's
         multi-process mode) and `/metrics` reads them: PROMETHEUS_MULTIPROC_DIR, else here."""

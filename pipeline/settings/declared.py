@@ -118,6 +118,12 @@ class Declared:
         "the status page say when none is",
         parse=o.number(1.0),
     )
+    worker_ready_file: Path | None = setting(
+        "NIGHTSHIFT_WORKER_READY_FILE", None, parse=o.path, shown="`DATA_DIR/worker.ready`",
+        help="the file a worker keeps fresh while PostgreSQL answers its heartbeats, and removes "
+        "when it does not: `nightshift ready` reads it (a supervisor's or Kubernetes' readiness "
+        "probe); several workers on one host each need their own",
+    )
     worker_concurrency: int = setting(
         "NIGHTSHIFT_WORKER_CONCURRENCY", 16, "steps in flight per worker process (threads)",
         parse=o.count(1),
