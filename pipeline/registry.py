@@ -7,6 +7,11 @@ nightshift's own agents are registered exactly as a user's package registers its
     my_agent = "my_package.agents:AGENT"
 
 or, without packaging, `NIGHTSHIFT_AGENTS=my_module:AGENT,other_module:AGENT`.
+
+The agents nightshift ships (its own distribution's entry points: the demo's nightly report,
+Patch, the competitor monitor...) are off in a deployment until NIGHTSHIFT_SHIPPED_AGENTS names
+them (`all`, or their names): a deployment runs its team's agents, and a shipped agent nobody
+configured would only fail at night.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from pipeline.settings import Settings, get_settings
 
 ENTRY_POINT_GROUP = "nightshift.agents"
 AGENTS_ENV = "NIGHTSHIFT_AGENTS"
+SHIPPED_ENV = "NIGHTSHIFT_SHIPPED_AGENTS"
+SHIPPED_BY = "nightshift"
+"""The distribution whose entry points are the shipped agents."""
 HOW_TO_REGISTER = (
     f"register it with an entry point in the {ENTRY_POINT_GROUP!r} group or in {AGENTS_ENV} "
     "(docs/agents.md)"
@@ -62,11 +70,18 @@ class Registered:
 class Registry:
     agents: Mapping[str, Registered]
     event_sources: Mapping[str, tuple[Agent, EventSource]]
+    shipped_off: frozenset[str] = frozenset()
+    """nightshift's shipped agents that NIGHTSHIFT_SHIPPED_AGENTS does not turn on here."""
 
     def agent(self, name: str) -> Agent:
         try:
             return self.agents[name].agent
         except KeyError:
+            if name in self.shipped_off:
+                raise UnknownAgent(
+                    f"agent {name!r} is one of nightshift's shipped agents, off here: set "
+                    f"{SHIPPED_ENV}={name} (or all) where it should run"
+                ) from None
             known = ", ".join(sorted(self.agents)) or "none"
             raise UnknownAgent(
                 f"unknown agent {name!r} (known agents: {known}); {HOW_TO_REGISTER}"
@@ -94,8 +109,19 @@ class _Declared:
     """The declaring distribution's version alone."""
 
 
-def _declared(agents: str) -> list[_Declared]:
-    """The entry points, then the `module:ATTR` paths listed in NIGHTSHIFT_AGENTS (`agents`)."""
+def _declared(agents: str, shipped: frozenset[str]) -> tuple[list[_Declared], frozenset[str]]:
+    """The entry points, then the `module:ATTR` paths listed in NIGHTSHIFT_AGENTS (`agents`);
+    and the shipped agents left off, as `shipped` (NIGHTSHIFT_SHIPPED_AGENTS) does not name
+    them."""
+    points = list(entry_points(group=ENTRY_POINT_GROUP))
+    ours = {point.name for point in points if point.dist and point.dist.name == SHIPPED_BY}
+    unknown = sorted(shipped - ours - {"all"})
+    if unknown:
+        raise RegistryError(
+            f"{SHIPPED_ENV} names {', '.join(map(repr, unknown))}, which nightshift does not "
+            f"ship (it ships: all, {', '.join(sorted(ours))})"
+        )
+    off = frozenset() if "all" in shipped else frozenset(ours - shipped)
     declared = [
         _Declared(
             point.value,
@@ -104,12 +130,13 @@ def _declared(agents: str) -> list[_Declared]:
             f"{point.dist.name} {point.dist.version}" if point.dist else None,
             point.dist.version if point.dist else None,
         )
-        for point in entry_points(group=ENTRY_POINT_GROUP)
+        for point in points
+        if not (point.name in off and point.dist and point.dist.name == SHIPPED_BY)
     ]
     for path in agents.split(","):
         if path.strip():
             declared.append(_Declared(path.strip(), AGENTS_ENV))
-    return declared
+    return declared, off
 
 
 def _load(declared: _Declared) -> Agent:
@@ -147,7 +174,7 @@ def _load(declared: _Declared) -> Agent:
     return agent
 
 
-def build(declared: Iterable[_Declared]) -> Registry:
+def build(declared: Iterable[_Declared], shipped_off: frozenset[str] = frozenset()) -> Registry:
     agents: dict[str, Registered] = {}
     for item in declared:
         agent = _load(item)
@@ -162,7 +189,8 @@ def build(declared: Iterable[_Declared]) -> Registry:
             agent, item.path, item.source, item.package or module, item.release or _release(module)
         )
         agents.setdefault(agent.name, registered)
-    return Registry(agents, _event_sources(agents.values()))
+    # A shipped agent registered by its path in NIGHTSHIFT_AGENTS is on all the same.
+    return Registry(agents, _event_sources(agents.values()), shipped_off - agents.keys())
 
 
 def _event_sources(agents: Iterable[Registered]) -> dict[str, tuple[Agent, EventSource]]:
@@ -211,7 +239,9 @@ def _distributions() -> Mapping[str, list[str]]:
 
 
 def _registered_here() -> Registry:
-    return build(_declared(get_settings().agents))
+    settings = get_settings()
+    declared, shipped_off = _declared(settings.agents, settings.shipped_agents)
+    return build(declared, shipped_off)
 
 
 registry: ProcessWide[Registry] = ProcessWide(_registered_here)

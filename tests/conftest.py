@@ -73,6 +73,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The benchmark agents (`bench`, `bench_synthesis`) are no production entry points: the
     # tests register them as the benchmarks do, for this process and every one it starts.
     os.environ.setdefault("NIGHTSHIFT_AGENTS", BENCH_AGENTS)
+    # nightshift's own agents are off in a deployment until named; the tests run them all (a
+    # test of that default unsets it for the processes it starts).
+    os.environ.setdefault("NIGHTSHIFT_SHIPPED_AGENTS", "all")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
     )

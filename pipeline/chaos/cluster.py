@@ -178,6 +178,8 @@ class Cluster:
             # The shipped tools' approvers, configured as a deployment would.
             "NIGHTSHIFT_APPROVERS_SET_PRICE": APPROVER,
             "NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST": APPROVER,
+            # The workload runs nightshift's own agents (off in a deployment until named).
+            "NIGHTSHIFT_SHIPPED_AGENTS": "all",
             # The poison agent joins the workload: its runs kill their worker until they fail.
             "NIGHTSHIFT_AGENTS": ",".join(filter(None, (get_settings().agents, POISON_PATH))),
         }

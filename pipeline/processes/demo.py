@@ -33,6 +33,7 @@ from pipeline.db import broker_url, database_url, transaction
 from pipeline.errors import Conflict
 from pipeline.migrate import upgrade
 from pipeline.processes.celery_process import CeleryProcess, wait_for
+from pipeline.registry import SHIPPED_ENV, registry
 from pipeline.runs.decisions import Actor, Decision, decide
 from pipeline.runs.start import start_run
 from pipeline.sandbox.email import EmailSandbox
@@ -45,6 +46,7 @@ from pipeline.settings import use_environment
 from pipeline.views.artifacts import read_artifact
 from pipeline.views.runs import show_run
 
+DEMO_AGENTS = ("nightly_report", "patch")
 LEASE_SECONDS = 5  # shorter than the 15 s default so the demo does not keep you waiting
 
 
@@ -119,7 +121,12 @@ def run_demo() -> int:
     the error, or KeyboardInterrupt, then goes on to the caller."""
     # Its own queue: workers already serving the default queue know nothing of the sandbox.
     queue = {"NIGHTSHIFT_QUEUE": f"nightshift-demo-{os.getpid()}"}
-    settings = use_environment(queue, only_unset=True)
+    use_environment(queue, only_unset=True)
+    # The shipped agents it runs, besides any named already (they are off until named), in
+    # this process and the workers it starts.
+    named = os.environ.get(SHIPPED_ENV, "")
+    settings = use_environment({SHIPPED_ENV: ",".join(filter(None, (named, *DEMO_AGENTS)))})
+    registry.cache_clear()
     root = _demo_root(settings.data_dir)
     try:
         with _only_demo(root):

@@ -1,5 +1,6 @@
-"""The schedule list: the shipped SCHEDULES of beat_schedule.py, with the schedules file's
-additions and overrides.
+"""The schedule list: the shipped SCHEDULES of beat_schedule.py whose agents run here (a
+shipped agent is off until NIGHTSHIFT_SHIPPED_AGENTS names it, and its schedule with it), with
+the schedules file's additions and overrides.
 
 The schedules file, named by NIGHTSHIFT_SCHEDULES_FILE, is JSON: a list of entries, or
 {"schedules": [...]}:
@@ -41,7 +42,7 @@ from beat_schedule import SCHEDULES
 from models import BeatSchedules
 from pipeline.db import transaction
 from pipeline.errors import ScheduleError, UnknownSchedule
-from pipeline.registry import agent_names
+from pipeline.registry import SHIPPED_ENV, agent_names, registry
 from pipeline.settings import get_settings
 from pipeline.slots import Schedule
 
@@ -53,7 +54,7 @@ def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
     not what the module docstring says is a ScheduleError naming it, the line and the column."""
     path = path or get_settings().schedules_file
     if not path:
-        return SCHEDULES
+        return shipped_schedules()
     where = f"{SCHEDULES_FILE_ENV}={path}"
     try:
         text = Path(path).read_text()
@@ -71,7 +72,7 @@ def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
         raise ScheduleError(
             f'{where}, line 1, column 1: must hold a list of objects or {{"schedules": [...]}}'
         )
-    merged = {schedule.name: schedule for schedule in SCHEDULES}
+    merged = {schedule.name: schedule for schedule in shipped_schedules()}
     for entry in entries:
         at = f"{where}, {located.position(text, entry)}"
         name = entry.get("name")
@@ -81,10 +82,22 @@ def load_schedules(path: str | Path | None = None) -> tuple[Schedule, ...]:
             if entry.get("enabled", True) is False:
                 merged.pop(name, None)
             else:
-                merged[name] = Schedule.from_json(entry, base=merged.get(name))
+                # A shipped schedule whose agent is off is still the base of an override: its
+                # agent is then refused by name at store time (refuse_unregistered).
+                base = merged.get(name) or _SHIPPED.get(name)
+                merged[name] = Schedule.from_json(entry, base=base)
         except ScheduleError as exc:
             raise ScheduleError(f"{at}: {exc}") from None
     return tuple(merged.values())
+
+
+_SHIPPED = {schedule.name: schedule for schedule in SCHEDULES}
+
+
+def shipped_schedules() -> tuple[Schedule, ...]:
+    """The shipped schedules whose agents are registered here."""
+    known = set(agent_names())
+    return tuple(schedule for schedule in SCHEDULES if schedule.agent in known)
 
 
 class _LocatedObjects(json.JSONDecoder):
@@ -127,6 +140,12 @@ def refuse_unregistered(schedules: Iterable[Schedule]) -> None:
     it is refused before it is stored."""
     known = agent_names()
     for schedule in schedules:
+        if schedule.agent in registry().shipped_off:
+            raise ScheduleError(
+                f"schedule {schedule.name!r} names agent {schedule.agent!r}, one of "
+                f"nightshift's shipped agents, off here: set {SHIPPED_ENV}={schedule.agent} "
+                f"(or all), or turn the schedule off in {SCHEDULES_FILE_ENV}"
+            )
         if schedule.agent not in known:
             raise ScheduleError(
                 f"schedule {schedule.name!r} names agent {schedule.agent!r}, which is not "

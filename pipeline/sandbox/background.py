@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from pipeline.errors import ServiceError
+from pipeline.registry import SHIPPED_ENV
 from pipeline.sandbox.base import read_log
 from pipeline.sandbox.launcher import MANIFEST
 
@@ -52,8 +53,10 @@ class SandboxStatus:
         return self.pid is not None
 
     def exports(self) -> str:
-        """Shell lines that point the CLI, workers and beat started from this shell at it."""
-        return "".join(f"export {name}={shlex.quote(url)}\n" for name, url in self.urls.items())
+        """Shell lines that point the CLI, workers and beat started from this shell at it, and
+        turn on the shipped agents it stands in for (off in a deployment until named)."""
+        lines = [f"export {name}={shlex.quote(url)}\n" for name, url in self.urls.items()]
+        return "".join(lines) + (f"export {SHIPPED_ENV}=all\n" if lines else "")
 
 
 def status(dir: Path) -> SandboxStatus:

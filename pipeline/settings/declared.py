@@ -290,6 +290,12 @@ class Declared:
         help="more agents as `module:ATTR,...`, besides the `nightshift.agents` entry points "
         "(docs/agents.md)",
     )
+    shipped_agents: frozenset[str] = setting(
+        "NIGHTSHIFT_SHIPPED_AGENTS", frozenset(), parse=o.names, shown="none",
+        help="which of nightshift's own agents (and so their schedules) this deployment runs: "
+        "`all`, or names (`nightly_report,patch`); the demo turns on what it runs "
+        "(docs/nightly-jobs.md)",
+    )
     config_file: Path | None = setting(
         CONFIG_FILE_ENV, None, parse=o.path,
         help='a TOML file with the same settings as tables (`[acme]` `url = "..."`); the '

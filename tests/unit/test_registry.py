@@ -19,8 +19,11 @@ def declared(*paths: str) -> list[_Declared]:
     return [_Declared(path, "NIGHTSHIFT_AGENTS") for path in paths]
 
 
+ALL = frozenset({"all"})
+
+
 def test_the_shipped_agents_come_from_nightshifts_own_entry_points() -> None:
-    registry = build(_declared(""))
+    registry = build(*_declared("", ALL))
     assert {"nightly_report", "patch", "competitor_monitor", "invoice_reminders"} <= set(
         registry.agents
     )
@@ -30,8 +33,38 @@ def test_the_shipped_agents_come_from_nightshifts_own_entry_points() -> None:
     assert registry.event_source("ops-report-request")[0].name == "nightly_report"
 
 
+def test_the_shipped_agents_are_off_until_named() -> None:
+    # by default: none of them, and asking for one says how to turn it on
+    off = build(*_declared("", frozenset()))
+    assert not {"nightly_report", "patch", "competitor_monitor"} & set(off.agents)
+    assert off.event_sources == {}
+    with pytest.raises(UnknownAgent) as raised:
+        off.agent("nightly_report")
+    assert str(raised.value) == (
+        "agent 'nightly_report' is one of nightshift's shipped agents, off here: set "
+        "NIGHTSHIFT_SHIPPED_AGENTS=nightly_report (or all) where it should run"
+    )
+    # named: those only
+    some = build(*_declared("", frozenset({"competitor_monitor", "price_synthesis"})))
+    assert {"competitor_monitor", "price_synthesis"} == set(some.agents)
+    # registered by its path, one is on all the same
+    by_path = build(*_declared("pipeline.agents.patch:AGENT", frozenset()))
+    assert "patch" in by_path.agents and "patch" not in by_path.shipped_off
+
+
+def test_a_shipped_agent_nightshift_does_not_ship_is_one_line() -> None:
+    with pytest.raises(RegistryError) as raised:
+        _declared("", frozenset({"nightly_reprot"}))
+    text = str(raised.value)
+    assert text.startswith(
+        "NIGHTSHIFT_SHIPPED_AGENTS names 'nightly_reprot', which nightshift does not ship "
+        "(it ships: all, competitor_monitor, follow_up, invoice_reminders, nightly_report, "
+    )
+    assert "\n" not in text
+
+
 def test_nightshift_agents_adds_a_module_outside_the_package() -> None:
-    registry = build(_declared(" tests.fixture_agents:ECHO , "))
+    registry = build(*_declared(" tests.fixture_agents:ECHO , ", frozenset()))
     assert registry.agent("echo_outside").tools[0].name == "shout"
     assert registry.agents["echo_outside"].source == "NIGHTSHIFT_AGENTS"
 
@@ -44,7 +77,7 @@ def test_the_agent_version_changes_with_what_changes_behaviour_and_only_with_tha
     first = version("tests.fixture_agents:NOTIFIER")
     release, _, digest = first.partition("+")
     assert release == "unpackaged" and len(digest) == 16  # tests/ is no distribution
-    shipped = build(_declared("")).agents["nightly_report"].version("script")
+    shipped = build(*_declared("", ALL)).agents["nightly_report"].version("script")
     assert shipped.startswith(f"{version_of('nightshift')}+")
     assert version("tests.fixture_agents:NOTIFIER") == first  # the same code, the same version
     assert version("tests.fixture_agents:NOTIFIER", model="claude-x") != first
