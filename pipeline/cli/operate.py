@@ -201,13 +201,14 @@ def register(add: AddCommand) -> None:
     metrics = add("metrics", cmd_metrics, "reliability and usage metrics from the database")
     metrics.add_argument("--json", action="store_true")
 
-    for name in ("retention", "cleanup"):  # `cleanup`: its name before the second stage
-        retention = add(
-            name,
-            cmd_retention,
-            "redact old finished runs' personal data, delete old compact records (never an "
-            "open obligation)",
-        )
+    helps = {
+        "retention": "redact old finished runs' personal data, delete old compact records "
+        "(never an open obligation); beat runs it daily at 04:30 UTC",
+        "cleanup": "the same as `nightshift retention`, under its name before records were "
+        "also deleted (kept for scripts that call it)",
+    }
+    for name, help in helps.items():
+        retention = add(name, cmd_retention, help)
         retention.add_argument(
             "--dry-run", action="store_true", help="only list what would be redacted and deleted"
         )

@@ -3,6 +3,7 @@ celery unchanged, and only there) and `nightshift agents`."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.cli.main import main, parse
+from pipeline.cli.main import build_parser, main, parse
 from pipeline.registry import registry
 from pipeline.settings import get_settings
 
@@ -130,3 +131,12 @@ def test_a_command_imports_only_its_own_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_no_two_commands_share_a_help_text() -> None:
+    # `nightshift --help` lists every command with its help: two alike say nothing of either
+    parser = build_parser(["--help"])
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    assert len(helps) > 20 and len(set(helps.values())) == len(helps), helps
+    assert str(helps["cleanup"]).startswith("the same as `nightshift retention`")

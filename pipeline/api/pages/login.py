@@ -27,6 +27,8 @@ from pipeline.errors import NightshiftError, Unauthenticated
 from pipeline.runs.decisions import Actor
 
 router = APIRouter(include_in_schema=False)
+_NOBODY = tokens.Authenticated(Actor(tokens.ANONYMOUS, "no authentication"))
+"""Who a status-page session speaks for under --insecure-no-auth."""
 
 
 @router.get("/")
@@ -41,6 +43,8 @@ def login_form(request: Request) -> Response:
     by_proxy = proxied(request)
     if by_proxy is not None:  # the proxy signed the person in: nothing to type
         return _signed_in(request, by_proxy)
+    if config(request).insecure_no_auth:  # nobody to name: a form asking for nothing is noise
+        return _signed_in(request, _NOBODY)
     return _login_page(request)
 
 
@@ -86,7 +90,7 @@ async def login(request: Request) -> Response:
         found = await run_in_threadpool(tokens.authenticate, token)
         problem = "That token is unknown or revoked."
     elif api.insecure_no_auth:
-        found = tokens.Authenticated(Actor(tokens.ANONYMOUS, "no authentication"))
+        found = _NOBODY
     else:
         problem = "Enter your token."
     if found is None:
