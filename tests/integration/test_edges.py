@@ -298,11 +298,13 @@ def test_without_auth_a_page_of_another_site_cannot_cancel_a_run(db_url: str) ->
 def test_without_auth_the_status_page_opens_with_no_sign_in(db_url: str) -> None:
     # given an API started with --insecure-no-auth, and a run waiting for approval
     park_on_approval()
-    with live_server(make_app(api_token=None, insecure_no_auth=True)) as base:
-        # when the local user opens /ui in a browser with no session
-        with httpx.Client(base_url=base, follow_redirects=True) as browser:
-            page = browser.get("/ui")
-            attention = browser.get("/ui/attention")
+    # when the local user opens /ui in a browser with no session
+    with (
+        live_server(make_app(api_token=None, insecure_no_auth=True)) as base,
+        httpx.Client(base_url=base, follow_redirects=True) as browser,
+    ):
+        page = browser.get("/ui")
+        attention = browser.get("/ui/attention")
     # then the dashboard opens, with no form asking for a token, signed in as nobody
     assert page.status_code == 200 and page.url.path == "/ui", page.text
     assert 'name="token"' not in page.text
