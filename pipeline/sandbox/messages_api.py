@@ -50,7 +50,7 @@ class MessagesSandbox(SandboxServer):
     that long (0: the provider answers again now); `GET /_control/stats` -> `{"requests",
     "faults_served", "faults_queued", "outage_seconds_left", "rate_limits", "rate_limited"}`;
     `POST /_control/rate_limits {"requests_per_minute"?, "input_tokens_per_minute"?,
-    "output_tokens_per_minute"?}` puts a provider's limits in force
+    "output_tokens_per_minute"?, "burst_seconds"?}` puts a provider's limits in force
     (pipeline/sandbox/rate_limits.py: 429 with `retry-after` past them; `{}` lifts them).
     """
 

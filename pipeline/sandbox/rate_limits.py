@@ -23,12 +23,13 @@ LIMITS = ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_m
 @dataclass
 class _Bucket:
     per_minute: float
+    capacity: float
     level: float
     at: float
 
     def refill(self, now: float) -> None:
         rate = self.per_minute / 60.0
-        self.level = min(self.per_minute, self.level + (now - self.at) * rate)
+        self.level = min(self.capacity, self.level + (now - self.at) * rate)
         self.at = now
 
     def seconds_until(self, amount: float) -> float:
@@ -47,8 +48,18 @@ class RateLimits:
         self.refused = 0
         """Requests answered 429 for a limit (not for an injected fault or an outage)."""
 
-    def set(self, **per_minute: float | None) -> dict[str, float]:
-        """Put limits in force (a name missing or None lifts that limit); buckets start full."""
+    def set(self, burst_seconds: float = 60.0, **per_minute: float | None) -> dict[str, float]:
+        """Put limits in force (a name missing or None lifts that limit); buckets start full.
+        A bucket holds `burst_seconds` of its limit (the API's: a minute; less, a provider that
+        enforces "60 a minute" as one a second)."""
+        if (
+            isinstance(burst_seconds, bool)
+            or not isinstance(burst_seconds, int | float)
+            or not (0 < burst_seconds <= 60)
+        ):
+            raise ValueError(
+                f"burst_seconds must be a number of seconds in (0, 60] (got {burst_seconds!r})"
+            )
         unknown = set(per_minute) - set(LIMITS)
         if unknown:
             known = ", ".join(LIMITS)
@@ -60,7 +71,9 @@ class RateLimits:
         now = self._clock()
         with self._lock:
             self._buckets = {
-                name: _Bucket(float(value), float(value), now)
+                name: _Bucket(
+                    float(value), value * burst_seconds / 60, value * burst_seconds / 60, now
+                )
                 for name, value in per_minute.items()
                 if value is not None
             }
@@ -80,8 +93,8 @@ class RateLimits:
             wait, short = 0.0, ""
             for name, bucket in self._buckets.items():
                 bucket.refill(now)
-                # A request larger than a whole minute's worth waits for a full bucket.
-                seconds = bucket.seconds_until(min(needs[name], bucket.per_minute))
+                # A request larger than a full bucket waits for a full bucket.
+                seconds = bucket.seconds_until(min(needs[name], bucket.capacity))
                 if seconds > wait:
                     wait, short = seconds, name
             if wait > 0:

@@ -16,8 +16,9 @@ from pipeline.engine.flow_ledger import BURST_SECONDS, Pace, Turns
 from pipeline.processes.celery_process import wait_for
 from pipeline.rate_limits import RateLimit
 from pipeline.runs.start import start_run
+from pipeline.settings import get_settings
 from tests.flow_agents import LIMIT
-from tests.integration.conftest import ProcessFactory
+from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row
 
 
@@ -84,6 +85,11 @@ def test_the_pace_settles_a_calls_real_usage(db_url: str) -> None:
     assert pace.ask("c", 400, 0) == pytest.approx(2.0, abs=0.1)
 
 
+def finished(runs: list[uuid.UUID]) -> list[Any] | None:
+    rows = [run_row(run) for run in runs]
+    return rows if all(row.status in ("succeeded", "failed") for row in rows) else None
+
+
 def steps_at_once(log: Path) -> int:
     """The most tool calls in flight at one instant."""
     spans = [json.loads(line) for line in log.read_text().splitlines()]
@@ -112,13 +118,37 @@ def test_max_concurrent_runs_holds_across_two_workers(
     # when 24 runs start at once
     runs = [start_run("flow_turns", {"log": str(log)}).run_id for _ in range(24)]
 
-    def finished() -> list[Any] | None:
-        rows = [run_row(run) for run in runs]
-        return rows if all(row.status in ("succeeded", "failed") for row in rows) else None
-
-    rows = wait_for(finished, timeout=120, what="24 runs of flow_turns to finish", interval=0.5)
+    rows = wait_for(
+        lambda: finished(runs), timeout=120, what="24 runs of flow_turns to finish", interval=0.5
+    )
     # then every run succeeded, yet never more than 5 were in a step at once across both
     assert [row.status for row in rows] == ["succeeded"] * 24
     assert len(log.read_text().splitlines()) == 48
     most = steps_at_once(log)
     assert 2 <= most <= LIMIT, most
+
+
+def test_a_night_paces_itself_under_the_providers_rate_limit(
+    sandbox: Sandbox, processes: ProcessFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a provider allowing 120 requests a minute, enforced over 10 s (20 at once at most),
+    # and the workers told that limit
+    sandbox.messages.rate_limits.set(burst_seconds=10, requests_per_minute=120)
+    model = get_settings().model_name
+    monkeypatch.setenv("NIGHTSHIFT_MODEL_RATE_LIMITS",
+                       json.dumps({model: {"requests_per_minute": 120}}))  # fmt: skip
+    processes("worker-a", concurrency=8)
+    processes("worker-b", concurrency=8)
+    processes("beat", beat=True)
+    # when 20 runs of two model calls each start at once (40 calls: twice what it takes at once)
+    started = time.monotonic()
+    runs = [start_run("bench", {"steps": 2}).run_id for _ in range(20)]
+    rows = wait_for(lambda: finished(runs), timeout=120, what="20 runs to finish", interval=0.5)
+    took = time.monotonic() - started
+    # then every run succeeded, paced: 12 calls at once (6 s worth), the other 28 at 2 a second,
+    # and the provider refused (almost) none
+    assert [row.status for row in rows] == ["succeeded"] * 20
+    stats = sandbox.messages.stats()
+    assert stats["rate_limited"] <= 1, stats
+    assert stats["requests"] - stats["rate_limited"] == 40
+    assert took >= 0.8 * (40 - 12) / 2, took

@@ -94,3 +94,16 @@ def test_past_the_limit_the_sdk_gets_429_with_retry_after(messages: MessagesSand
     # and a reset lifts the limits
     messages.reset()
     assert messages.stats()["rate_limits"] == {}
+
+
+def test_a_provider_may_hold_less_than_a_minutes_worth() -> None:
+    clock = Clock()
+    limits = RateLimits(clock)
+    # given 60 a minute enforced as one a second (a bucket of 1 s)
+    limits.set(burst_seconds=1, requests_per_minute=60)
+    assert limits.admit(1) is None
+    assert limits.admit(1) == ("requests_per_minute", pytest.approx(1.0))
+    clock.now += 30  # never more than a second's worth, however long it was idle
+    assert [limits.admit(1) is None for _ in range(2)] == [True, False]
+    with pytest.raises(ValueError, match="burst_seconds must be"):
+        limits.set(burst_seconds=120, requests_per_minute=60)
