@@ -25,6 +25,7 @@ from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.pricing import PricingSandbox
 from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import WebSandbox
+from tests.integration.compose_fixtures import launch  # noqa: F401 (a fixture: compose commands)
 from tests.integration.worker_hosts import two_hosts  # noqa: F401 (a fixture: two worker hosts)
 
 

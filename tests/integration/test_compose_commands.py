@@ -4,82 +4,21 @@ machine's PostgreSQL and Redis (there is no Docker engine here to run the stack 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
-import pytest
-import yaml
 
+from tests.integration.compose_fixtures import BIN, COMPOSE
+from tests.servers import free_port
 from tests.support import wait_for
 
-COMPOSE = yaml.safe_load((Path(__file__).parents[2] / "docker-compose.yml").read_text())
 SERVICES = {
     name: spec
     for name, spec in COMPOSE["services"].items()
     if spec.get("command") and spec["command"][0] == "nightshift"
 }
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Started:
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
-        self.log_path = log
-        self._log = log.open("wb")
-        self.process = subprocess.Popen(
-            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        self._log.close()
-
-
-@pytest.fixture
-def launch(db_url: str, tmp_path: Path) -> Iterator:
-    started: list[Started] = []
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-        "NIGHTSHIFT_DATA_DIR": str(tmp_path / "data"),
-        "NIGHTSHIFT_FLOWER_BASIC_AUTH": "ops:night-owl",
-        "NIGHTSHIFT_API_TOKEN": "compose-test-token-0123456789",
-        "NIGHTSHIFT_APPROVAL_WEBHOOK_SECRET": "compose-test-approvals-0123456789",
-        "NIGHTSHIFT_EVENT_WEBHOOK_SECRET": "compose-test-events-0123456789",
-    }
-
-    def start(name: str, argv: list[str]) -> Started:
-        process = Started(argv, env, tmp_path / f"{name}.log")
-        started.append(process)
-        return process
-
-    yield start, env
-    for process in started:
-        process.stop()
 
 
 def test_compose_lists_the_stack_with_auth_and_health_checks() -> None:
