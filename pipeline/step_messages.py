@@ -41,10 +41,12 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
 def step_kwargs_repr(kwargs: dict[str, Any]) -> str:
-    """What Flower's kwargs column shows of a step: agent, step and a short run id first, so
-    they fit the column; the whole run id and batch after them for Flower's `kwargs:run_id=`
-    search (it reads this back as a dict literal)."""
+    """What Flower's kwargs column shows of a step: agent, step, a short run id and the batch
+    (a night's child is read by its batch) first, so they fit the column; the whole run id
+    after them for Flower's `kwargs:run_id=` search (it reads this back as a dict literal)."""
     shown = {"agent": kwargs["agent"], "step": kwargs["step"], "run": kwargs["run_id"][:8]}
+    if kwargs.get("batch"):
+        shown["batch"] = kwargs["batch"]
     return repr(shown | kwargs)
 
 

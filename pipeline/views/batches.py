@@ -184,3 +184,48 @@ def _pending_approvals_txn(
     for batch_id, key, tool, args, approvers in rows:
         pending.setdefault(batch_id, []).append(PendingApproval(key, tool, args, approvers or []))
     return pending
+
+
+ITEM_FIELDS = 3
+"""A child's label shows at most this many fields of its input, each cut to ITEM_VALUE_CHARS."""
+ITEM_VALUE_CHARS = 40
+
+
+def item_labels(batch_id: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """What each of these children is for, read from its input (its item): the short fields
+    in which they differ (the ticket, the competitor, the team), else all of them, e.g.
+    `competitor=acme`. A run id says nothing to a person watching a night."""
+    ids = [uuid.UUID(run_id) for run_id in run_ids]
+    with read_only() as session:
+        rows = session.execute(
+            select(Run.id, Run.input).where(Run.batch_id == batch_id, Run.id.in_(ids))
+        ).all()
+    scalars = {str(run_id): _scalar_fields(item, batch_id) for run_id, item in rows}
+    varying = {
+        name
+        for fields in scalars.values()
+        for name in fields
+        if len({str(other.get(name)) for other in scalars.values()}) > 1
+    }
+    labels = {}
+    for run_id, fields in scalars.items():
+        shown = [name for name in fields if name in varying] or list(fields)
+        labels[run_id] = " · ".join(f"{name}={_cut(fields[name])}" for name in shown[:ITEM_FIELDS])
+    return labels
+
+
+def _scalar_fields(item: Any, batch_id: str) -> dict[str, Any]:
+    """The input's fields a label can show: strings, numbers and booleans, not the batch's own
+    id (which children often carry)."""
+    if not isinstance(item, dict):
+        return {}
+    return {
+        str(name): value
+        for name, value in item.items()
+        if isinstance(value, str | int | float | bool) and value != batch_id
+    }
+
+
+def _cut(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= ITEM_VALUE_CHARS else text[: ITEM_VALUE_CHARS - 1] + "…"

@@ -113,3 +113,23 @@ def test_an_open_batch_page_counts_the_children_it_does_not_list(db_url: str) ->
             assert page.locator("#batch-children .n-running").inner_text() == "20"
         finally:
             browser.close()
+
+
+def test_a_batch_page_labels_each_child_by_its_item(db_url: str) -> None:
+    # given a night of three children, one ticket each (the batch's id and a step count alike)
+    batch_id = a_night(3)
+    with transaction() as session:
+        children = list(session.scalars(select(Run.id).where(Run.batch_id == batch_id)))
+        for number, run_id in enumerate(children):
+            item = {"ticket": f"T-{number}", "steps": 1, "batch": batch_id}
+            session.execute(update(Run).where(Run.id == run_id).values(input=item))
+    page_client = client()
+    sign_in(page_client)
+    # when its page is opened
+    page = page_client.get(f"/ui/batches/{quote(batch_id, safe='')}").text
+    # then each child's row names its ticket, and not what every child shares
+    labels = re.findall(r'<td class="run-item">([^<]*)</td>', page)
+    assert sorted(labels) == ["ticket=T-0", "ticket=T-1", "ticket=T-2"], labels
+    for number, run_id in enumerate(children):
+        row = page.split(f'data-run="{run_id}"', 1)[1].split("</tr>", 1)[0]
+        assert f"ticket=T-{number}" in row

@@ -1,9 +1,11 @@
 """Commands that need no database: argument parsing (options nightshift does not know reach
-celery unchanged, and only there) and `nightshift agents`."""
+celery unchanged, and only there), `nightshift agents`, the commands' help, and what Flower's
+kwargs column shows of a step."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import subprocess
@@ -140,3 +142,20 @@ def test_no_two_commands_share_a_help_text() -> None:
     helps = {choice.dest: choice.help for choice in commands._choices_actions}
     assert len(helps) > 20 and len(set(helps.values())) == len(helps), helps
     assert str(helps["cleanup"]).startswith("the same as `nightshift retention`")
+
+
+def test_flowers_kwargs_column_shows_a_childs_batch_before_the_long_run_id() -> None:
+    from pipeline.step_messages import step_kwargs_repr
+
+    run_id = "caa20fdb-0000-4000-8000-000000000001"
+    batch = "competitor-monitor:2026-11-30T07:00:00+00:00"
+    child = {"run_id": run_id, "agent": "competitor_monitor", "step": 2, "batch": batch}
+    shown = step_kwargs_repr(child)
+    assert shown.startswith(
+        f"{{'agent': 'competitor_monitor', 'step': 2, 'run': 'caa20fdb', 'batch': '{batch}', "
+    )
+    assert ast.literal_eval(shown) == child | {"run": "caa20fdb"}  # Flower's search reads it
+    alone = step_kwargs_repr(child | {"batch": None})
+    assert alone.startswith(
+        "{'agent': 'competitor_monitor', 'step': 2, 'run': 'caa20fdb', 'run_id'"
+    )

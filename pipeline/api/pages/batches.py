@@ -18,7 +18,7 @@ from pipeline.api.pages.base import (
 )
 from pipeline.api.sse import event_stream
 from pipeline.errors import NightshiftError, NotFound, Unauthenticated
-from pipeline.views.batches import show_batch
+from pipeline.views.batches import item_labels, show_batch
 from pipeline.views.feed import Subject, format_position, latest_position
 from pipeline.views.runs import list_runs
 
@@ -79,4 +79,8 @@ def batch_page(request: Request, batch_id: str, page: int = 1) -> Response:
         "newer": page - 1 if page > 1 else None,
         "older": page + 1 if first + len(runs) < total else None,
     }
-    return render(request, "batch.html", session, batch=batch, runs=runs, pages=pages, after=after)
+    items = item_labels(batch_id, [run["id"] for run in runs])
+    return render(
+        request, "batch.html", session, batch=batch, runs=runs, pages=pages, after=after,
+        items=items,
+    )  # fmt: skip
