@@ -12,17 +12,21 @@
 -- a night's ten thousand children are one INSERT of arrays, one a column (a row of parameters
 -- each cost seconds), whose rows share their agent, batch and versions. A key that already
 -- names a run inserts nothing (RETURNING says which were created). The deadline is a time
--- (`deadline_at`), or seconds from PostgreSQL's now() (`deadline_in`).
+-- (`deadline_at`), or seconds from PostgreSQL's now() (`deadline_in`). A batch's child has no
+-- outcome to publish in the result backend (`nothing_to_publish`, pipeline/runs/
+-- published_outcomes.py): no Celery client holds its id, and a night of 100,000 children would
+-- keep 55 MB there for a day and cost each child a second UPDATE.
 INSERT INTO runs (id, input, idempotency_key, agent, status, parent_id, batch_id, deadline,
                   notify_url, max_steps, step, tool_calls, input_tokens, output_tokens,
                   state, fence, attempt, cancel_requested, code_version, prompt_version,
-                  agent_version, running_version)
+                  agent_version, running_version, outcome_published)
 SELECT new.id, new.input, new.key, %(agent)s, 'running', CAST(%(parent_id)s AS uuid),
        CAST(%(batch_id)s AS text),
        coalesce(CAST(%(deadline_at)s AS timestamptz),
                 now() + make_interval(secs => CAST(%(deadline_in)s AS float8))),
        CAST(%(notify_url)s AS text), %(max_steps)s, 0, 0, 0, 0, '{}', 0, 0, false,
-       %(code_version)s, %(prompt_version)s, %(agent_version)s, %(agent_version)s
+       %(code_version)s, %(prompt_version)s, %(agent_version)s, %(agent_version)s,
+       CAST(%(nothing_to_publish)s AS boolean)
   FROM unnest(CAST(%(ids)s AS uuid[]), CAST(CAST(%(inputs)s AS text[]) AS jsonb[]),
               CAST(%(keys)s AS text[])) AS new(id, input, key)
 ON CONFLICT (idempotency_key) DO NOTHING

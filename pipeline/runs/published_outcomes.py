@@ -5,6 +5,7 @@ that has only Celery: `AsyncResult(run_id).get(timeout=...)` returns it once the
 The tick publishes what finished since it last looked (a run is marked once its outcome is
 stored; a crash in between stores the same outcome again). Outcomes are kept for Celery's
 `result_expires` (a day). A run that waits for a person is not finished: nothing is stored.
+A batch's children are created published (pipeline/runs/start.py): nothing is stored for them.
 """
 
 from __future__ import annotations

@@ -163,6 +163,8 @@ def _insert_txn(session: Session, runs: NewRuns) -> set[uuid.UUID]:
         code_version=code_version(),
         prompt_version=runs.prompt_version,
         agent_version=runs.agent_version,
+        # No Celery client holds a batch child's id: no outcome to publish (published_outcomes).
+        nothing_to_publish=runs.batch_id is not None,
     )
     return {row.id for row in created}
 

@@ -12,11 +12,16 @@ import uuid
 from pathlib import Path
 
 import redis
-from sqlalchemy import select
+from celery.result import AsyncResult
+from sqlalchemy import func, select, update
 
-from models import Run
+from models import Run, RunStatus
+from pipeline.agent_definition import BatchPlan
+from pipeline.app import app
 from pipeline.db import transaction
-from pipeline.runs.published_outcomes import outcome_json
+from pipeline.runs.fanout import create_batch_txn
+from pipeline.runs.published_outcomes import outcome_json, publish_outcomes
+from pipeline.runs.start import start_run
 from pipeline.views.outcomes import outcome
 from tests.integration.conftest import ProcessFactory, Sandbox
 
@@ -59,6 +64,32 @@ def test_a_celery_only_client_gets_the_outcome_with_get(
         row = session.execute(select(Run).where(Run.id == run_id)).scalar_one()
         assert row.outcome_published
     assert outcome_json(row) == got
+
+
+def test_a_batchs_children_leave_no_outcome_in_the_result_backend(db_url: str) -> None:
+    # given a finished run a caller started and a finished night of three children
+    started = start_run("bench", {"steps": 1}).run_id
+    plan = BatchPlan(
+        batch_id=f"night-{uuid.uuid4().hex[:8]}", name="night", child_agent="bench",
+        child_inputs=[{"steps": 1}] * 3, synthesis_agent="bench_synthesis", params={},
+    )  # fmt: skip
+    with transaction() as session:
+        children = create_batch_txn(session, plan)
+    with transaction() as session:
+        session.execute(
+            update(Run)
+            .where(Run.id.in_([*children, started]))
+            .values(status=RunStatus.SUCCEEDED, finished_at=func.now())
+        )
+
+    # when the tick publishes what finished
+    published = publish_outcomes()
+
+    # then the caller's run is in the result backend and no child is (no client holds a
+    # child's id: a night of 100,000 would keep 55 MB there for a day)
+    assert published == 1
+    assert AsyncResult(str(started), app=app).state == "SUCCESS"
+    assert [AsyncResult(str(child), app=app).state for child in children] == ["PENDING"] * 3
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "oncall_digest"
