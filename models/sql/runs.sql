@@ -20,15 +20,19 @@ INSERT INTO runs (id, input, idempotency_key, agent, status, parent_id, batch_id
                   notify_url, max_steps, step, tool_calls, input_tokens, output_tokens,
                   state, fence, attempt, cancel_requested, code_version, prompt_version,
                   agent_version, running_version, outcome_published)
-SELECT new.id, new.input, new.key, %(agent)s, 'running', CAST(%(parent_id)s AS uuid),
+SELECT new.id, given.input, new.key, %(agent)s, 'running', CAST(%(parent_id)s AS uuid),
        CAST(%(batch_id)s AS text),
        coalesce(CAST(%(deadline_at)s AS timestamptz),
                 now() + make_interval(secs => CAST(%(deadline_in)s AS float8))),
        CAST(%(notify_url)s AS text), %(max_steps)s, 0, 0, 0, 0, '{}', 0, 0, false,
        %(code_version)s, %(prompt_version)s, %(agent_version)s, %(agent_version)s,
        CAST(%(nothing_to_publish)s AS boolean)
-  FROM unnest(CAST(%(ids)s AS uuid[]), CAST(CAST(%(inputs)s AS text[]) AS jsonb[]),
-              CAST(%(keys)s AS text[])) AS new(id, input, key)
+  FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(keys)s AS text[]))
+       WITH ORDINALITY AS new(id, key, n)
+  -- The inputs are one JSON array: a text[] of them had the driver escape every quote in
+  -- Python (1.6 s of CPU for a 100,000-child synthesis's input)
+  JOIN jsonb_array_elements(CAST(%(inputs)s AS jsonb)) WITH ORDINALITY AS given(input, n)
+    ON given.n = new.n
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id
 ;

@@ -114,13 +114,19 @@ def child_finished_txn(session: Session, batch_id: str) -> uuid.UUID | None:
     terminal, the tick's for instance: `join_after_commit` is for the step's).
 
     The batch row lock serialises the callers that find no child left; the synthesis key makes
-    a second start impossible even so. The synthesis starts after the commit.
+    a second start impossible even so. The synthesis starts after the commit. A caller that
+    finds the row locked leaves: whoever holds it is joining (or stopping) the batch, and the
+    tick's backstop joins it if that transaction fails. Waiting held a connection a caller:
+    a 100,000-child synthesis took its joiner minutes, and the ticks queued behind it took
+    every connection of both workers.
     """
     # FOR NO KEY UPDATE, not FOR UPDATE: the caller's second UPDATE of the child's run row in
     # this transaction re-checks the runs.batch_id foreign key, which takes a KEY SHARE lock on
     # this batch row; FOR UPDATE conflicts with KEY SHARE, so two children finishing at once
     # would each wait for the other's KEY SHARE lock: a deadlock.
-    locked = select(Batch).where(Batch.id == batch_id).with_for_update(key_share=True)
+    locked = (
+        select(Batch).where(Batch.id == batch_id).with_for_update(key_share=True, skip_locked=True)
+    )
     batch = session.scalar(locked)
     if batch is None or batch.synthesis_run_id is not None:
         return None

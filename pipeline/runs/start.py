@@ -151,7 +151,9 @@ def _insert_txn(session: Session, runs: NewRuns) -> set[uuid.UUID]:
         session,
         "create_runs",
         ids=runs.ids,
-        inputs=[json.dumps(run_input) for run_input in runs.inputs],
+        # One JSON array, not an array of texts: the driver escapes every quote of every
+        # element of a text[] in Python (1.6 s of CPU for a 100,000-child synthesis's input).
+        inputs=json.dumps(runs.inputs),
         keys=runs.keys,
         agent=runs.agent,
         parent_id=runs.parent_id,

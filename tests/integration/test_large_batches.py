@@ -1,7 +1,8 @@
 """A night of many children through the schedule path, the fan-out and real workers: the
 synthesis's input (every child's outcome) grows with the batch past what a caller may send
 (NIGHTSHIFT_MAX_INPUT_BYTES), and the synthesis still starts once and ends the batch; children
-finishing at once do not queue on their batch's row."""
+finishing at once do not queue on their batch's row, and nobody waits for a joiner holding
+it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from models import Batch, BatchStatus, Run, RunStatus
 from pipeline.db import conninfo, transaction
 from pipeline.errors import InputTooLarge
+from pipeline.runs.fanout import ready_batches_txn
 from pipeline.runs.schedules import fire
 from pipeline.runs.start import start_run
 from pipeline.slots import Missed, Overlap, Schedule
@@ -91,9 +93,16 @@ def test_finishing_children_do_not_wait_on_their_batch_row(
         wait_for(lambda: finished_children(batch_id) == 12, timeout=90,
                  what="every child to finish while the batch row is held")  # fmt: skip
         assert syntheses(batch_id) == []
+
+        # and the tick's backstop passes the held row by instead of waiting for it (ticks
+        # queued behind a 100,000-child join took every connection of the workers)
+        with transaction() as session:
+            session.execute(text("SET LOCAL lock_timeout = '5s'"))
+            assert ready_batches_txn(session) == []
         holder.rollback()
 
-    # and once it is free, the synthesis starts once and ends the batch
+    # and once it is free, the tick starts the synthesis once, which ends the batch
+    processes("beat", beat=True)
     wait_for(lambda: batch_status(batch_id) == BatchStatus.SUCCEEDED, timeout=90,
              what="the batch to succeed")  # fmt: skip
     [synthesis] = syntheses(batch_id)
