@@ -38,6 +38,24 @@ def test_migrate_runs_to_completion(launch) -> None:
     assert "database schema at revision" in migrate.log()
 
 
+def test_check_passes_before_the_stack_starts_and_fails_it_on_a_problem(launch) -> None:
+    start, env = launch
+    # given a migrated database and a team's agents (the benchmark ones), no shipped one on
+    env["NIGHTSHIFT_SHIPPED_AGENTS"] = ""
+    ok = start("check", SERVICES["check"]["command"])
+    assert ok.process.wait(timeout=120) == 0, ok.log()
+    assert ok.log().startswith("ok: agents bench, bench_synthesis")
+    # and every long-running service waits for it to pass
+    for name in ("worker", "beat", "flower", "api"):
+        waits = COMPOSE["services"][name]["depends_on"]["check"]
+        assert waits == {"condition": "service_completed_successfully"}, name
+    # when Redis cannot be reached, then it fails, saying so
+    env["NIGHTSHIFT_BROKER_URL"] = f"redis://127.0.0.1:{free_port()}/0"
+    failed = start("check-no-redis", SERVICES["check"]["command"])
+    assert failed.process.wait(timeout=120) == 1, failed.log()
+    assert "problem: Redis: cannot reach the broker" in failed.log()
+
+
 def test_the_worker_starts_and_answers_its_health_check(launch) -> None:
     start, env = launch
     worker = start("worker", SERVICES["worker"]["command"])
