@@ -105,3 +105,55 @@ WITH settled AS (
 )
 SELECT idempotency_key, run_id, state FROM settled
 ;
+
+-- name: decide_action
+-- A person's decision on an action (pipeline/runs/decisions.py), a compare-and-set: only the
+-- first decision on an action still in `required` changes it, to `new`. An approval or a
+-- rejection needs the person among the approvers (anyone when the tool names none) and a run
+-- that may still send it: not ended, not past its deadline (the tick is about to end it). That
+-- something happened or did not is a fact a person checked, not an approval (`fact`): no such
+-- condition; did_not_happen releases the key of a run that ended (nobody would send it; the
+-- next run meaning it may). `seen_run_id`, `seen_args_hash`: what the person was shown, if
+-- said; the decision applies only if the action still is that. No row: decided already, or
+-- refused (decisions.py says why).
+UPDATE actions
+   SET state = CASE WHEN %(decision)s = 'did_not_happen'
+                         AND EXISTS (SELECT 1 FROM runs
+                                      WHERE runs.id = actions.run_id
+                                        AND runs.status IN ('succeeded', 'failed', 'cancelled'))
+                    THEN 'released' ELSE %(new)s END,
+       decision = %(decision)s,
+       decided_by = %(by)s,
+       decided_at = now(),
+       note = %(note)s,
+       result = coalesce(CAST(%(result)s AS jsonb), result),
+       resolution = coalesce(CAST(%(resolution)s AS text), resolution),
+       updated_at = now()
+ WHERE idempotency_key = %(key)s AND state = %(required)s
+   AND (%(fact)s
+        OR ((jsonb_array_length(approvers) = 0
+             OR approvers @> jsonb_build_array(CAST(%(by)s AS text)))
+            AND EXISTS (SELECT 1 FROM runs
+                         WHERE runs.id = actions.run_id
+                           AND runs.status NOT IN ('succeeded', 'failed', 'cancelled')
+                           AND (runs.deadline IS NULL OR runs.deadline > now()))))
+   AND (CAST(%(seen_run_id)s AS uuid) IS NULL OR run_id = CAST(%(seen_run_id)s AS uuid))
+   AND (CAST(%(seen_args_hash)s AS text) IS NULL
+        OR args_hash = CAST(%(seen_args_hash)s AS text))
+RETURNING run_id, state, args_hash
+;
+
+-- name: release_failed_action
+-- A person stops the replay of a failed action's stored failure: the key is released, and
+-- the next run that means the action does it afresh. No row: no failed action has the key.
+UPDATE actions SET state = 'released', resolution = 'retried', updated_at = now()
+ WHERE idempotency_key = %(key)s AND state = 'failed'
+RETURNING run_id, error, args_hash
+;
+
+-- name: audit_action
+-- One entry of an action's audit trail (what a person or the runtime decided), in the
+-- transaction that made the change.
+INSERT INTO action_audit (action_key, run_id, event, "by", via, note, args_hash)
+VALUES (%(key)s, %(run_id)s, %(event)s, %(by)s, %(via)s, %(note)s, %(args_hash)s)
+;

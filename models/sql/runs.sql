@@ -286,3 +286,10 @@ UPDATE runs
  WHERE runs.id = ended.id AND runs.status IN ('waiting', 'needs_attention')
 RETURNING runs.id, runs.batch_id
 ;
+
+-- name: outcomes_published
+-- The finished runs whose outcome the tick stored in Celery's result backend
+-- (pipeline/runs/published_outcomes.py): not stored again.
+UPDATE runs SET outcome_published = true, updated_at = now()
+ WHERE id = ANY(CAST(%(run_ids)s AS uuid[]))
+;

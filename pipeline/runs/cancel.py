@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from models import Batch, BatchStatus, Run, RunStatus
+import pipeline.statements as statements
+from models import Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import RunNotFound
 from pipeline.logs import get_logger
@@ -33,22 +34,8 @@ def cancel_run_txn(
         raise RunNotFound(f"no run has id {run_id}")
     if status.is_terminal():
         return CancelResult(run_id, status)
-    values = {
-        "cancel_requested": True,
-        "cancel_requested_by": by,
-        "cancel_requested_at": func.now(),
-    }
-    # Parked runs hold no worker, so nobody else would ever notice the request: stop them here.
-    if status.is_parked():
-        values |= {
-            "status": RunStatus.CANCELLED,
-            "stop_reason": reason,
-            "finished_at": func.now(),
-            "wake_at": None,
-        }
-    session.execute(
-        update(Run).where(Run.id == run_id, Run.cancel_requested.is_(False)).values(**values)
-    )
+    # Parked runs hold no worker, so nobody else would ever notice the request: it ends them.
+    statements.execute(session, "request_cancel", run_id=run_id, by=by, reason=reason)
     settle_actions_of_ended_txn(session, [run_id], reason)
     dispatch_new_txn(session)
     new = RunStatus.CANCELLED if status.is_parked() else status
@@ -61,12 +48,7 @@ def cancel_batch_txn(
 ) -> list[CancelResult]:
     """Stop a batch: no synthesis starts for it any more, and its unfinished runs (children,
     and a synthesis already started) are cancelled like any run."""
-    synthesis = session.execute(
-        update(Batch)
-        .where(Batch.id == batch_id, Batch.status.not_in(BatchStatus.terminal()))
-        .values(status=BatchStatus.STOPPED, stop_reason=reason, finished_at=func.now())
-        .returning(Batch.synthesis_run_id)
-    ).one_or_none()
+    synthesis = statements.first(session, "cancel_batch", batch_id=batch_id, reason=reason)
     if synthesis is None:
         return []  # finished or stopped already
     mine = Run.batch_id == batch_id

@@ -14,12 +14,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from sqlalchemy import case, func, or_, select, true, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import Action, ActionAudit, ActionState, Run, RunStatus
+import pipeline.statements as statements
+from models import Action, ActionState, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import DecisionConflict, NotAnApprover, StatusConflict, UnknownAction
 from pipeline.logs import get_logger
@@ -121,57 +121,32 @@ def decide_txn(
 ) -> DecisionResult:
     by = actor.identity
     required, new = _RULES[decision]
-    values: dict[str, Any] = {
-        "state": new,
-        "decision": decision.value,
-        "decided_by": by,
-        "decided_at": func.now(),
-        "note": note,
-    }
+    result = resolution = None
     if decision is Decision.HAPPENED:
-        values["result"] = {"resolved_by": by, "note": note, "happened": True}
-        values["resolution"] = "person_happened"
+        result = statements.jsonb({"resolved_by": by, "note": note, "happened": True})
+        resolution = "person_happened"
     elif decision is Decision.DID_NOT_HAPPEN:
-        values["resolution"] = "person_did_not_happen"
+        resolution = "person_did_not_happen"
     # Compare-and-set: only the first decision on an undecided action changes it.
-    # Anyone may decide when the tool names no approvers.
-    allowed = or_(
-        func.jsonb_array_length(Action.approvers) == 0,
-        Action.approvers.op("@>")(func.jsonb_build_array(by)),
+    changed = statements.first(
+        session,
+        "decide_action",
+        key=key,
+        decision=decision.value,
+        required=required.value,
+        new=new.value,
+        fact=decision in (Decision.HAPPENED, Decision.DID_NOT_HAPPEN),
+        by=by,
+        note=note,
+        result=result,
+        resolution=resolution,
+        seen_run_id=seen.run_id if seen is not None else None,
+        seen_args_hash=seen.args_hash if seen is not None else None,
     )
-    run_ended = Action.run_id.in_(select(Run.id).where(Run.status.in_(RunStatus.terminal())))
-    conditions = [Action.idempotency_key == key, Action.state == required, allowed]
-    if decision in (Decision.HAPPENED, Decision.DID_NOT_HAPPEN):
-        conditions[-1] = true()  # what happened is a fact a person checked, not an approval
-    else:
-        # A finished run will never send an approved action, nor will one past its deadline
-        # (the tick is about to end it): refuse rather than pretend.
-        run_open = Action.run_id.in_(
-            select(Run.id).where(
-                Run.status.not_in(RunStatus.terminal()),
-                or_(Run.deadline.is_(None), Run.deadline > func.now()),
-            )
-        )
-        conditions.append(run_open)
-    if decision is Decision.DID_NOT_HAPPEN:
-        # Its run sends it, once; after the run ended nobody will: the next run may.
-        values["state"] = case(
-            (run_ended, ActionState.RELEASED.value), else_=ActionState.INTENDED.value
-        )
-    if seen is not None and seen.run_id is not None:
-        conditions.append(Action.run_id == seen.run_id)
-    if seen is not None and seen.args_hash is not None:
-        conditions.append(Action.args_hash == seen.args_hash)
-    changed = session.execute(
-        update(Action)
-        .where(*conditions)
-        .values(**values)
-        .returning(Action.run_id, Action.state, Action.args_hash)
-    ).one_or_none()
     if changed is not None:
         log.info("action %s: %s by %s (%s)", key, decision, by, actor.via)
         audit_txn(session, key, changed.run_id, decision.value, actor, note, changed.args_hash)
-        return DecisionResult(key, decision, by, True, changed.state, changed.run_id)
+        return DecisionResult(key, decision, by, True, ActionState(changed.state), changed.run_id)
     return _repeat_or_refuse(session, key, decision, required, by, seen)
 
 
@@ -185,17 +160,10 @@ def audit_txn(
     args_hash: str | None = None,
 ) -> None:
     """Append to the action's audit trail (in the transaction that made the change)."""
-    session.add(
-        ActionAudit(
-            action_key=key,
-            run_id=run_id,
-            event=event,
-            by=actor.identity,
-            via=actor.via,
-            note=note,
-            args_hash=args_hash,
-        )
-    )
+    statements.execute(
+        session, "audit_action", key=key, run_id=run_id, event=event, by=actor.identity,
+        via=actor.via, note=note, args_hash=args_hash,
+    )  # fmt: skip
 
 
 def _repeat_or_refuse(
@@ -288,12 +256,7 @@ def retry(key: str, actor: Actor, note: str | None = None) -> RetryResult:
     """Stop replaying a failed action's stored failure: the key is released, and the next run
     that means the action (its own run, if it calls again, or a rerun) does it afresh."""
     with transaction() as session:
-        row = session.execute(
-            update(Action)
-            .where(Action.idempotency_key == key, Action.state == ActionState.FAILED)
-            .values(state=ActionState.RELEASED, resolution="retried")
-            .returning(Action.run_id, Action.error, Action.args_hash)
-        ).one_or_none()
+        row = statements.first(session, "release_failed_action", key=key)
         if row is None:
             state = session.scalar(select(Action.state).where(Action.idempotency_key == key))
             if state is None:

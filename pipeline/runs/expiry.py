@@ -9,12 +9,13 @@ model provider outage ends `model_unavailable` at the outage's horizon (its wake
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import Row, Select, func, select
 from sqlalchemy.orm import Session
 
+import pipeline.statements as statements
 from models import Run, RunStatus
 from pipeline.keys import MODEL_WAIT_PREFIX
 from pipeline.logs import get_logger
@@ -28,11 +29,18 @@ MODEL_REASON = "model_unavailable"
 EXPIRED = "expired"
 """The stop reason of a run that waited longer than the maximum wait with no deadline."""
 
+# A parked run as the expiry picks it: id, waiting_on, wake_at, error (what its error says).
+_Parked = Select[uuid.UUID, str | None, datetime | None, str | None]
+_ParkedRow = Row[uuid.UUID, str | None, datetime | None, str | None]
+
 
 def expire_parked_txn(session: Session, limit: int) -> list[uuid.UUID]:
     """End the parked runs whose deadline has passed; returns their ids."""
-    due = select(Run.id).where(Run.deadline <= func.now()).order_by(Run.deadline)
-    error = func.concat("the run's deadline passed while it waited on ", Run.waiting_on)
+    due = _parked().where(Run.deadline <= func.now()).order_by(Run.deadline)
+
+    def error(run: _ParkedRow) -> str:
+        return f"the run's deadline passed while it waited on {run.waiting_on or ''}"
+
     ids = _end_parked_txn(session, due, limit, REASON, error)
     if ids:
         log.info("ended %d waiting run(s) past their deadline", len(ids))
@@ -44,31 +52,35 @@ def expire_abandoned_txn(session: Session, max_wait: timedelta, limit: int) -> l
     person nobody finds, a timer set months ahead); returns their ids. A timer due sooner
     wakes its run first: a run parks again (and counts afresh) only by running a step."""
     due = (
-        select(Run.id)
+        _parked()
         .where(Run.deadline.is_(None), Run.updated_at <= func.now() - max_wait)
         .order_by(Run.updated_at)
     )
-    error = func.concat(
-        "the run waited on ", Run.waiting_on, f" for longer than {max_wait.days} days "
-        "(NIGHTSHIFT_MAX_WAIT_DAYS) with no deadline", _timer_note(),
-    )  # fmt: skip
+
+    def error(run: _ParkedRow) -> str:
+        return (
+            f"the run waited on {run.waiting_on or ''} for longer than {max_wait.days} days "
+            f"(NIGHTSHIFT_MAX_WAIT_DAYS) with no deadline{_timer_note(run.wake_at)}"
+        )
+
     ids = _end_parked_txn(session, due, limit, EXPIRED, error)
     if ids:
         log.info("ended %d run(s) parked past the maximum wait", len(ids))
     return ids
 
 
-def _timer_note() -> Any:
+def _timer_note(wake_at: datetime | None) -> str:
     """`; its timer was set for <when> UTC` for a run that waited on a timer, else nothing."""
-    when = func.to_char(func.timezone("UTC", Run.wake_at), 'YYYY-MM-DD HH24:MI "UTC"')
-    return case((Run.wake_at.is_not(None), func.concat("; its timer was set for ", when)), else_="")
+    if wake_at is None:
+        return ""
+    return f"; its timer was set for {wake_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
 
 
 def expire_model_waits_txn(session: Session, limit: int) -> list[uuid.UUID]:
     """End the runs that waited on a model provider past the outage horizon (a wait on the model
     keeps that instant in wake_at; the outages' probe and pacing wake it sooner)."""
     due = (
-        select(Run.id)
+        _parked()
         .where(
             Run.status == RunStatus.WAITING,
             Run.waiting_on.startswith(MODEL_WAIT_PREFIX, autoescape=True),
@@ -76,35 +88,45 @@ def expire_model_waits_txn(session: Session, limit: int) -> list[uuid.UUID]:
         )
         .order_by(Run.wake_at)
     )
-    error = func.concat(
-        "the model provider stayed unavailable past NIGHTSHIFT_MODEL_OUTAGE_HORIZON_SECONDS: ",
-        Run.error,
-    )
+
+    def error(run: _ParkedRow) -> str:
+        return (
+            "the model provider stayed unavailable past NIGHTSHIFT_MODEL_OUTAGE_HORIZON_SECONDS: "
+            f"{run.error or ''}"
+        )
+
     ids = _end_parked_txn(session, due, limit, MODEL_REASON, error)
     if ids:
         log.info("ended %d run(s) that waited on the model past the outage horizon", len(ids))
     return ids
 
 
-def _end_parked_txn(
-    session: Session, due: Any, limit: int, reason: str, error: Any
-) -> list[uuid.UUID]:
-    locked = (
-        due.where(Run.status.in_(RunStatus.parked())).limit(limit).with_for_update(skip_locked=True)
+def _parked() -> _Parked:
+    """The parked runs, with what their error message says (_Parked)."""
+    return select(Run.id, Run.waiting_on, Run.wake_at, Run.error).where(
+        Run.status.in_(RunStatus.parked())
     )
-    expired = session.execute(
-        update(Run)
-        .where(Run.id.in_(locked.scalar_subquery()), Run.status.in_(RunStatus.parked()))
-        .values(
-            status=RunStatus.FAILED,
-            stop_reason=reason,
-            error=error,
-            finished_at=func.now(),
-            wake_at=None,
-            updated_at=func.now(),
-        )
-        .returning(Run.id, Run.batch_id)
-    ).all()
+
+
+def _end_parked_txn(
+    session: Session,
+    due: _Parked,
+    limit: int,
+    reason: str,
+    error: Callable[[_ParkedRow], str],
+) -> list[uuid.UUID]:
+    """End the first `limit` runs `due` picks (locking them, skipping those locked), each with
+    its own error (runs.sql end_parked)."""
+    picked = session.execute(due.limit(limit).with_for_update(skip_locked=True)).all()
+    if not picked:
+        return []
+    expired = statements.rows(
+        session,
+        "end_parked",
+        reason=reason,
+        run_ids=[run.id for run in picked],
+        errors=[error(run) for run in picked],
+    )
     if not expired:
         return []
     ids = [row.id for row in expired]

@@ -10,11 +10,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from models import Batch, BatchStatus, Run, RunStatus, table_of
+import pipeline.statements as statements
+from models import Batch, BatchStatus, Run, RunStatus
 from models.run import UNFINISHED
 from pipeline.agent_definition import BatchPlan
 from pipeline.crash import crash_point
@@ -45,21 +45,18 @@ def create_batch_txn(
     run of the batch, the synthesis too, must be finished by `deadline`; `notify_url` hears
     when the batch ends and when any of its runs waits for a person. Returns the children's
     run ids: none when the batch id already existed (the same slot fired twice)."""
-    inserted = session.execute(
-        insert(Batch)
-        .values(
-            id=plan.batch_id,
-            name=plan.name,
-            params={**plan.params, "synthesis_agent": plan.synthesis_agent},
-            token_cap=plan.token_cap,
-            cost_cap_usd=plan.cost_cap_usd,
-            tool_call_cap=plan.tool_call_cap,
-            deadline=deadline,
-            notify_url=check_notify_url(notify_url),
-        )
-        .on_conflict_do_nothing(index_elements=["id"])
-        .returning(Batch.id)
-    ).scalar_one_or_none()
+    inserted = statements.first(
+        session,
+        "create_batch",
+        batch_id=plan.batch_id,
+        name=plan.name,
+        params=statements.jsonb({**plan.params, "synthesis_agent": plan.synthesis_agent}),
+        token_cap=plan.token_cap,
+        cost_cap_usd=plan.cost_cap_usd,
+        tool_call_cap=plan.tool_call_cap,
+        deadline=deadline,
+        notify_url=check_notify_url(notify_url),
+    )
     if inserted is None:
         return []
     # One INSERT for all the children (a night may have a hundred thousand): the workers get
@@ -162,10 +159,8 @@ def start_synthesis_txn(
         deadline=batch.deadline,
         caller=False,  # as large as the batch: not held to a request's size limit
     )
-    session.execute(
-        update(Batch)
-        .where(Batch.id == batch.id)
-        .values(synthesis_run_id=started.run_id, status=status)
+    statements.execute(
+        session, "synthesis_started", batch_id=batch.id, run_id=started.run_id, status=status.value
     )
     return started
 
@@ -199,23 +194,10 @@ def _child_outcomes(session: Session, batch_id: str) -> list[dict[str, Any]]:
     ]
 
 
-_BATCHES = Batch.__table__.c
-
-# Built once (plain Core): the finish of every run runs it, most often matching no batch.
-_SYNTHESIS_FINISHED = (
-    update(table_of(Batch))
-    .where(
-        _BATCHES.synthesis_run_id == bindparam("run_id"),
-        _BATCHES.status == BatchStatus.SYNTHESIZING,
-    )
-    .values(status=bindparam("final", type_=_BATCHES.status.type), finished_at=func.now())
-)
-
-
 def synthesis_finished_txn(session: Session, run_id: uuid.UUID, status: RunStatus) -> None:
     """The batch ends with its synthesis."""
     final = BatchStatus.SUCCEEDED if status is RunStatus.SUCCEEDED else BatchStatus.FAILED
-    session.execute(_SYNTHESIS_FINISHED, {"run_id": run_id, "final": final})
+    statements.execute(session, "synthesis_finished", run_id=run_id, status=final.value)
 
 
 def ready_batches_txn(session: Session) -> list[uuid.UUID]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, select
 
+import pipeline.statements as statements
 from models import Run, RunStatus
 from pipeline.app import app
 from pipeline.db import transaction
@@ -43,7 +44,7 @@ def publish_outcomes() -> int:
             app.backend.store_result(str(row.id), outcome_json(row), "SUCCESS")
         if rows:
             ids = [row.id for row in rows]
-            session.execute(update(Run).where(Run.id.in_(ids)).values(outcome_published=True))
+            statements.execute(session, "outcomes_published", run_ids=ids)
     return len(rows)
 
 
