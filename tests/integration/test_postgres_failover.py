@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import text
 
 from models import RunStatus
-from pipeline.chaos.postgres_pair import PostgresPair
+from pipeline.chaos.postgres_pair import CommitProbe, PostgresPair
 from pipeline.db import dispose_all, transaction
 from pipeline.migrate import upgrade
 from pipeline.runs.start import start_run
-from pipeline.settings.postgres_urls import conninfo
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row, wait_for
 
@@ -50,44 +47,6 @@ def pair(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PostgresPair]
         dispose_all()
         servers.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-class CommitProbe:
-    """Commits numbered rows one after the other on its own connection (reconnecting through
-    the failover) and remembers which commits PostgreSQL acknowledged."""
-
-    def __init__(self, url: str) -> None:
-        self.conninfo = conninfo(url)
-        self.acknowledged: list[tuple[int, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        with psycopg.connect(self.conninfo, autocommit=True) as connection:
-            connection.execute("CREATE TABLE commit_probe (n integer PRIMARY KEY)")
-
-    def __enter__(self) -> CommitProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=2) as conn:
-                    while not self._stop.is_set():
-                        n += 1
-                        conn.execute("INSERT INTO commit_probe VALUES (%s)", (n,))
-                        self.acknowledged.append((n, time.monotonic()))
-                        time.sleep(0.02)
-            except psycopg.Error:
-                time.sleep(0.05)
-
-    def kept(self) -> set[int]:
-        with psycopg.connect(self.conninfo) as connection:
-            return {n for (n,) in connection.execute("SELECT n FROM commit_probe")}
 
 
 def steps_taken() -> int:
