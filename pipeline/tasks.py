@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from celery.exceptions import Reject
 from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
@@ -20,7 +21,16 @@ from pipeline.engine.notification_sender import deliver
 from pipeline.engine.sender_pool import senders
 from pipeline.engine.step import StepOutcome
 from pipeline.engine.time_limit import execute_bounded_step
-from pipeline.errors import DatabaseUnavailable, NightshiftError, ScheduleError
+from pipeline.errors import (
+    Conflict,
+    DatabaseUnavailable,
+    Invalid,
+    NightshiftError,
+    NotFound,
+    ScheduleError,
+    UnknownAgent,
+    UnknownEventSource,
+)
 from pipeline.logs import safe_log_lines
 from pipeline.reachability import BROKER, DATABASE
 from pipeline.registry import registry
@@ -45,7 +55,16 @@ BEAT_CONFIG_EXIT = 78
 meets the same file, so the status says it is configuration, not a crash."""
 REQUEUE_PAUSE_SECONDS = 1.0
 HANDOFF_PAUSE_SECONDS = 1.0
-"""Between two deliveries of a step to workers without its agent."""
+"""Between two deliveries of a step or a start to workers without its agent, on average."""
+
+
+def handoff_pause() -> float:
+    """A hand-on's delay, drawn around HANDOFF_PAUSE_SECONDS: Redis gives a message to the
+    worker blocked longest, and a worker re-polls every second (kombu's BRPOP timeout), so a
+    delay of exactly one second found the worker without the agent blocked longest each time
+    and gave it its own message back (70 times in a row in a test, with a worker that had the
+    agent idle beside it)."""
+    return HANDOFF_PAUSE_SECONDS * random.uniform(0.5, 1.5)
 
 
 def worker_id() -> str:
@@ -138,8 +157,15 @@ def _withdraw(**_: Any) -> None:
         _presence.pop().stop()
 
 
-@app.task(name="pipeline.start_run")
+CALLERS_ERRORS = (Invalid, Conflict, NotFound)
+"""What an entry point answers its caller with (`.get()` raises it), logged in one line as
+Celery's "raised expected" rather than with a traceback: the caller's to fix, not the worker's."""
+
+
+# max_retries None: retries are hand-ons, bounded by _hand_on's window instead of a count.
+@app.task(name="pipeline.start_run", bind=True, throws=CALLERS_ERRORS, max_retries=None)
 def start_run(
+    self: Any,
     agent: str,
     input: dict[str, Any],
     idempotency_key: str | None = None,
@@ -150,10 +176,33 @@ def start_run(
 
     `deadline`: seconds from now, a duration (`"15m"`) or an ISO-8601 time with a timezone.
     `notify_url`: POSTed a signed event when the run finishes or waits for a person.
+    A worker without `agent` hands the start on (see `_hand_on`).
     """
     parsed = parse_deadline(deadline)
-    started = start.start_run(agent, input, idempotency_key, deadline=parsed, notify_url=notify_url)
+    try:
+        started = start.start_run(
+            agent, input, idempotency_key, deadline=parsed, notify_url=notify_url
+        )
+    except UnknownAgent as exc:
+        _hand_on(self, f"agent {agent!r}", exc)
     return str(started.run_id)
+
+
+def _hand_on(task: Any, what: str, exc: UnknownAgent | UnknownEventSource) -> NoReturn:
+    """An entry point for an agent this worker lacks: sent again under the same task id (the
+    caller's `.get()` keeps waiting), a second later, for a worker that has it, for up to
+    NIGHTSHIFT_UNKNOWN_AGENT_SECONDS, as a step is; then the caller's `.get()` raises the
+    error, naming the agent and this worker. Nothing was recorded."""
+    handoffs = task.request.retries
+    window = get_settings().unknown_agent_seconds
+    if handoffs * HANDOFF_PAUSE_SECONDS < window:
+        level = logging.WARNING if handoffs == 0 else logging.INFO
+        log.log(level, "%s is not registered here; handing the start on to another worker", what)
+        raise task.retry(countdown=handoff_pause())
+    raise type(exc)(
+        f"no worker that took this start in {window:g} s (NIGHTSHIFT_UNKNOWN_AGENT_SECONDS) has "
+        f"{what}; the last was {task.request.hostname}: {exc}"
+    ) from None
 
 
 @app.task(name="pipeline.notify", ignore_result=True)
@@ -219,7 +268,7 @@ def step(
             batch=batch,
             handed_off=self.request.get(HANDED_OFF),
             handoffs=handoffs + 1,
-            countdown=HANDOFF_PAUSE_SECONDS,
+            countdown=handoff_pause(),
         )
     return result.outcome.value
 
@@ -276,10 +325,14 @@ def fire_schedules() -> dict[str, int]:
     return {"decisions": len(report.decisions), "errors": len(report.errors)}
 
 
-@app.task(name="pipeline.start_from_event")
-def start_from_event(source: str, event_id: str, payload: dict[str, Any]) -> str:
-    """Start a run from another service's event: repeated deliveries return the same run id."""
-    return str(external_events.start_from_event(source, event_id, payload).run_id)
+@app.task(name="pipeline.start_from_event", bind=True, throws=CALLERS_ERRORS, max_retries=None)
+def start_from_event(self: Any, source: str, event_id: str, payload: dict[str, Any]) -> str:
+    """Start a run from another service's event: repeated deliveries return the same run id.
+    A worker without the source's agent hands the event on (see `_hand_on`)."""
+    try:
+        return str(external_events.start_from_event(source, event_id, payload).run_id)
+    except (UnknownAgent, UnknownEventSource) as exc:
+        _hand_on(self, f"event source {source!r}", exc)
 
 
 # No `pipeline.decide` task: a Celery message carries no credential (anyone who can write to

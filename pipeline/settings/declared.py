@@ -135,9 +135,10 @@ class Declared:
     )
     unknown_agent_seconds: float = setting(
         "NIGHTSHIFT_UNKNOWN_AGENT_SECONDS", 120.0, parse=o.number(1.0),
-        help="how long a step of an agent its worker lacks is handed on (once a second) for a "
-        "worker that has it, before the run fails `unknown_agent`: longer than a rolling deploy "
-        "takes to start its new workers",
+        help="how long a step, or a `start_run`/`start_from_event`, of an agent its worker lacks "
+        "is handed on (about once a second) for a worker that has it, before the run fails "
+        "`unknown_agent` (a start: the caller's `.get()` raises why): longer than a rolling "
+        "deploy takes to start its new workers",
     )
     worker_lost_max_retries: int = setting(
         "NIGHTSHIFT_WORKER_LOST_MAX_RETRIES", 3, "re-sends of a step whose pool process died"
