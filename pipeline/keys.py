@@ -6,7 +6,8 @@ Action keys: `<namespace>:<key>` (the namespace is the agent's name unless the s
 names a shared one).
 Waits (`runs.waiting_on`): `approval:<action key>`, `action:<action key>` (a person must say
 what happened), `timer:<tool_use_id>`, `retry:<action key>` (a service kept failing),
-`conflict:<action key>` (another run owns that key), `model:<model>` (the model provider is
+`conflict:<action key>` (another run owns that key), `claimed:<action key>` (another run
+settled that key: a person ends this run), `model:<model>` (the model provider is
 down: waiting out the outage), `turn:<agent>` (the agent's max_concurrent_runs are busy),
 `rate:<model>` (the model's rate limits: waiting for the time reserved for the call).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
@@ -102,6 +103,10 @@ class WaitKind(StrEnum):
     CONFLICT = "conflict"
     """Another run owns the action's key and may still send it: wait until it is settled
     (done, failed, rejected or released), or for a person to cancel this run."""
+    CLAIMED = "claimed"
+    """Another run owns the action's key and settled it there, not as this run means it (with
+    other arguments, or a person decided it for that run): nothing will change that, so only a
+    person moves this run on (cancels it)."""
     MODEL = "model"
     """The model provider kept failing: the tick wakes the run once a probe got a reply."""
     TURN = "turn"
@@ -152,6 +157,10 @@ def retry_wait(action_key: str) -> Wait:
 
 def conflict_wait(action_key: str) -> Wait:
     return Wait(WaitKind.CONFLICT, action_key)
+
+
+def claimed_wait(action_key: str) -> Wait:
+    return Wait(WaitKind.CLAIMED, action_key)
 
 
 def model_wait(model: str) -> Wait:

@@ -70,6 +70,7 @@ def waiting_words(waiting_on: str | None) -> str:
         WaitKind.RETRY: f"to try {wait.ref} again (the service kept failing)",
         WaitKind.MODEL: f"for the model provider to answer again ({wait.ref} is down)",
         WaitKind.CONFLICT: f"for the run that owns {wait.ref} to settle it",
+        WaitKind.CLAIMED: f"for a person: {wait.ref} is another run's, settled there",
         WaitKind.VERSION: f"for a person to allow it to go on under agent version {wait.ref}",
         WaitKind.TURN: f"for its turn (the runs of {wait.ref} in a step are at their maximum)",
         WaitKind.RATE: f"for its turn under {wait.ref}'s rate limits",

@@ -55,6 +55,8 @@ def describe(found: RunOutcome, timeout: float | None) -> str:
         wait = Wait.parse(found.waiting_on)
         if wait.kind is WaitKind.APPROVAL:
             return f"{run} waits for approval of {wait.ref}{_approve(wait.ref)}"
+        if wait.kind is WaitKind.CLAIMED:
+            return f"{run} cannot go on ({found.error}): nightshift cancel {found.run_id}"
         if wait.kind is WaitKind.VERSION:
             return (
                 f"{run} waits for a person to allow agent version {wait.ref} "

@@ -6,8 +6,11 @@ else by asking the service (lookup), else by a person (the run waits in needs_at
 
 An action belongs to the run that recorded it (with its tool call and its arguments' hash):
 only that run waits for its approval and sends it, with the arguments as recorded. Another run
-that means the same key learns the outcome once it is settled, and until then waits in
-needs_attention, saying whose key it is; it never rides on that run's approval or send.
+that means the same key waits in needs_attention, naming both runs, while the owner has it in
+hand; once the service settled it (done, or refused), it learns that outcome, the effect
+meaning the same. Never a decision a person made for the other run: a rejection, or an
+approved action of other arguments than this call's (what a person approved is that run's
+call as they saw it). Then it stays parked for a person.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pipeline.errors import (
 from pipeline.keys import (
     Wait,
     approval_wait,
+    claimed_wait,
     conflict_wait,
     person_wait,
     retry_wait,
@@ -164,8 +168,10 @@ def _record(call: ToolCall, tool: Tool, key: str, context: ToolContext) -> Actio
 
 
 def _settled_elsewhere(call: ToolCall, tool: Tool, action: ActionView) -> ToolOutput | None:
-    """None when the action is this run's to carry on. Another run's settled action gives its
-    outcome (the effect is not repeated); one still in progress parks this run."""
+    """None when the action is this run's to carry on. Another run's action that the service
+    settled gives its outcome (the effect is not repeated), unless a person's decision stands
+    between: an approved action counts only for the very same call (tool and arguments).
+    Anything else parks this run, naming both runs."""
     mine = action.run_id == call.run_id
     if mine and dispatch.carries_on(tool, action.tool, action.requires_approval):
         return None
@@ -174,25 +180,48 @@ def _settled_elsewhere(call: ToolCall, tool: Tool, action: ActionView) -> ToolOu
         # The same key from another tool of this run, or recorded before the tool needed
         # approval: sending it now would skip the approval this tool requires.
         _park_for_conflict(
-            key,
+            conflict_wait(key),
             f"action {key!r} was recorded by {action.tool} "
             f"{'with' if action.requires_approval else 'without'} approval; {tool.name} "
             f"{'needs' if tool.requires_approval else 'does not need'} one",
         )
-    if action.state is ActionState.CONFIRMED:
+    # What a person approved is the owner's call as they saw it: it counts for this call only
+    # when it is the very same one. With no approval, the key's meaning is what counts.
+    same = not action.requires_approval or (
+        action.tool == tool.name and action.args_hash == rows.arguments_hash(call.block["input"])
+    )
+    if same and action.state is ActionState.CONFIRMED:
         log.info("action %s was done by run %s; not doing it again", key, action.run_id)
         return action.result or {}
-    if action.state is ActionState.FAILED:
+    if same and action.state is ActionState.FAILED:
         _replay_failure(action)
-    if action.state is ActionState.REJECTED:
-        return _rejected(action)
-    _park_for_conflict(
-        key,
-        f"action {key!r} belongs to run {action.run_id} ({action.run_status}), where it is "
-        f"{action.state}: this run waits until that run settles it, or for a person to "
-        "cancel this run",
-    )
+    _park_for_conflict(*_conflict(call, action, same))
     raise AssertionError("unreachable: parking raises")
+
+
+_SETTLED = (ActionState.CONFIRMED, ActionState.FAILED, ActionState.REJECTED)
+
+
+def _conflict(call: ToolCall, action: ActionView, same: bool) -> tuple[Wait, str]:
+    """How this run waits on another run's key, and what the operator reads: both runs."""
+    owner = f"run {action.run_id} ({action.run_status})"
+    means = f"run {call.run_id} means the same key" + (
+        "" if same else f" with other arguments ({call.block['name']})"
+    )
+    if action.state not in _SETTLED:  # in hand there, or just freed: woken once it changes
+        return conflict_wait(action.key), (
+            f"action {action.key!r} belongs to {owner}, where it is {action.state}; {means} "
+            "and waits until that run settles it, or for a person to cancel it"
+        )
+    settled = (
+        "a person rejected it for that run"
+        if action.state is ActionState.REJECTED
+        else f"it is {action.state} there" + ("" if same else " with that run's arguments")
+    )
+    return claimed_wait(action.key), (
+        f"action {action.key!r} belongs to {owner}, where {settled}; {means}, and never takes "
+        "that run's outcome or decision as its own: a person cancels it"
+    )
 
 
 def _replay_failure(action: ActionView) -> None:
@@ -215,9 +244,9 @@ def _rejected(action: ActionView) -> str:
     return dispatch.rejected_result(action.decided_by, action.note)
 
 
-def _park_for_conflict(key: str, why: str) -> None:
+def _park_for_conflict(wait: Wait, why: str) -> None:
     log.warning("%s", why)
-    raise ParkRun(RunStatus.NEEDS_ATTENTION, conflict_wait(key), reason=(KEY_CONFLICT, why))
+    raise ParkRun(RunStatus.NEEDS_ATTENTION, wait, reason=(KEY_CONFLICT, why))
 
 
 def _next_move(
@@ -240,7 +269,9 @@ def _next_move(
         return "Not done: the approval was withdrawn because the run ended before a decision."
     if action.state is ActionState.RELEASED:
         # Released since it was read (the run ended meanwhile): nothing here may send it.
-        _park_for_conflict(key, f"action {key!r} was released while this run meant it")
+        _park_for_conflict(
+            conflict_wait(key), f"action {key!r} was released while this run meant it"
+        )
     if action.state is ActionState.PENDING_APPROVAL:
         raise ParkRun(RunStatus.WAITING, approval_wait(key))
     if action.state is ActionState.ATTEMPTED:

@@ -34,7 +34,7 @@ SETTLED_CHANNEL = "nightshift_run_settled"
 RECHECK = 5.0
 """Seconds between looks at the run when no notification came."""
 
-_PERSON = frozenset({WaitKind.APPROVAL, WaitKind.ACTION, WaitKind.VERSION})
+_PERSON = frozenset({WaitKind.APPROVAL, WaitKind.ACTION, WaitKind.VERSION, WaitKind.CLAIMED})
 log = get_logger("nightshift.db")
 
 THROUGH_POOLER = (
