@@ -135,6 +135,12 @@ RETURNING agent, step, batch_id
 SELECT set_config('lock_timeout', %(milliseconds)s, true)
 ;
 
+-- name: idle_in_transaction_timeout
+-- How long this transaction may sit between two statements before PostgreSQL ends its session
+-- (the connection's own setting is one lease: a frozen worker must not keep rows locked).
+SELECT set_config('idle_in_transaction_session_timeout', %(milliseconds)s, true)
+;
+
 -- name: set_lease
 -- The lease ends `seconds` from now: a send's window before it (committed, so that a takeover
 -- waits for the send even if this session ends), one lease again after it.

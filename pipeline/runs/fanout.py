@@ -24,6 +24,7 @@ from pipeline.logs import get_logger
 from pipeline.runs import notifications
 from pipeline.runs.notifications import check_notify_url
 from pipeline.runs.start import StartedRun, create_run_txn, create_runs_txn, new_runs
+from pipeline.settings import get_settings
 
 log = get_logger("nightshift.fanout")
 _TERMINAL = RunStatus.terminal()
@@ -59,6 +60,11 @@ def create_batch_txn(
     )
     if inserted is None:
         return []
+    # Every child's input is checked in Python before the INSERT, with the transaction idle
+    # meanwhile: at a hundred thousand children longer than the lease the connection allows
+    # (PostgreSQL ended the fan-out's session under load). A millisecond a child more.
+    idle_ms = int(get_settings().lease_seconds * 1000) + len(plan.child_inputs)
+    statements.first(session, "idle_in_transaction_timeout", milliseconds=str(idle_ms))
     # One INSERT for all the children (a night may have a hundred thousand): the workers get
     # none of them before this transaction commits, and then their first steps in chunks.
     children = create_runs_txn(

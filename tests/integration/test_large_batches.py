@@ -14,11 +14,13 @@ import pytest
 from sqlalchemy import func, select, text
 
 from models import Batch, BatchStatus, Run, RunStatus
+from pipeline.agent_definition import BatchPlan
 from pipeline.db import conninfo, transaction
 from pipeline.errors import InputTooLarge
-from pipeline.runs.fanout import ready_batches_txn
+from pipeline.runs.fanout import create_batch_txn, ready_batches_txn
 from pipeline.runs.schedules import fire
 from pipeline.runs.start import start_run
+from pipeline.settings import get_settings
 from pipeline.slots import Missed, Overlap, Schedule
 from tests.integration.conftest import ProcessFactory
 from tests.support import wait_for
@@ -140,3 +142,28 @@ def test_the_tick_joins_a_batch_whose_last_child_died_before_looking(
              what="the batch to succeed")  # fmt: skip
     [synthesis] = syntheses(batch_id)
     assert synthesis.result["text"] == "1 children: 1 succeeded."
+
+
+IDLE_MS = text("SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'")
+
+
+def test_a_fan_out_may_sit_between_its_statements_a_millisecond_a_child_longer(
+    db_url: str,
+) -> None:
+    # given the connection's own limit: one lease idle inside a transaction
+    lease_ms = int(get_settings().lease_seconds * 1000)
+    plan = BatchPlan(
+        batch_id="idle-batch", name="idle", child_agent="nightly_report",
+        child_inputs=[{"team": f"t{i}", "date": "2026-12-04"} for i in range(3000)],
+        synthesis_agent="price_synthesis", params={},
+    )  # fmt: skip
+    with transaction() as session:
+        before = session.scalar(IDLE_MS)
+        # when a fan-out checks its children's inputs in its transaction
+        assert len(create_batch_txn(session, plan)) == 3000
+        during = session.scalar(IDLE_MS)
+    with transaction() as session:
+        after = session.scalar(IDLE_MS)
+    # then that transaction, and only it, may wait a millisecond a child longer
+    assert before == after == str(lease_ms)
+    assert during == str(lease_ms + 3000)
