@@ -11,12 +11,13 @@ settled that key: a person ends this run), `model:<model>` (the model provider i
 down: waiting out the outage), `turn:<agent>` (the agent's max_concurrent_runs are busy),
 `rate:<model>` (the model's rate limits: waiting for the time reserved for the call).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
-`<batch>:synthesis`, `retry-of:<run id>` (the retry of a failed or cancelled run: a prefix
-callers may not use).
+`<batch>:synthesis`, `retry-of:<run id>` (the retry of a failed or cancelled run): forms a
+caller's key may not take (runtime_run_key).
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -225,3 +226,22 @@ def retried_run(key: str | None) -> uuid.UUID | None:
         return uuid.UUID(key.removeprefix(RETRY_PREFIX))
     except ValueError:
         return None
+
+
+_CHILD_END = re.compile(r":child:[0-9]+$")
+_SLOT_END = re.compile(r":[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?\+00:00$")
+
+
+def runtime_run_key(key: str) -> str | None:
+    """Whose own run-key form `key` has, None for a key a caller may choose. A caller that
+    took such a key first would hold the run nightshift starts under it: a night's synthesis
+    (its join then fails on the key), a slot's run, an event's, a retry."""
+    if key.startswith(RETRY_PREFIX):
+        return f"keys starting {RETRY_PREFIX!r} are the retries' own (nightshift runs retry RUN)"
+    if key.startswith("event:"):
+        return "keys starting 'event:' are external events' own (POST /events/<source>)"
+    if batch_of_synthesis(key) is not None or _CHILD_END.search(key):
+        return "keys ending ':synthesis' or ':child:<n>' are batches' own"
+    if _SLOT_END.search(key):
+        return "keys ending ':<UTC instant>' (':2026-11-30T07:00:00+00:00') are schedule slots' own"
+    return None

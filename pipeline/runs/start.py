@@ -19,7 +19,7 @@ from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
 from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, NoModel
-from pipeline.keys import RETRY_PREFIX, check_key
+from pipeline.keys import check_key, runtime_run_key
 from pipeline.registry import agent_version, get_agent
 from pipeline.runs.deadlines import Deadline
 from pipeline.runs.notifications import check_notify_url
@@ -233,11 +233,9 @@ def start_run(
     notify_url: str | None = None,
 ) -> StartedRun:
     """Create the run; its first step goes to a worker once this commits."""
-    if idempotency_key is not None and idempotency_key.startswith(RETRY_PREFIX):
-        raise InvalidInput(
-            f"idempotency key {idempotency_key!r}: keys starting {RETRY_PREFIX!r} are the "
-            "retries' own (nightshift runs retry RUN)"
-        )
+    reserved = None if idempotency_key is None else runtime_run_key(idempotency_key)
+    if reserved is not None:
+        raise InvalidInput(f"idempotency key {idempotency_key!r}: {reserved}")
     with transaction() as session:
         return create_run_txn(
             session, agent_name, run_input, idempotency_key, deadline=deadline,

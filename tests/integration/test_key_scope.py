@@ -13,11 +13,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from models import Action, ActionState, Batch, RunStatus
+from models import Action, ActionState, Batch, Run, RunStatus
 from pipeline.agent_definition import BatchPlan
 from pipeline.agents.price_synthesis import PRICING_APPROVER
 from pipeline.db import transaction
-from pipeline.runs.fanout import create_batch_txn
+from pipeline.runs.fanout import create_batch_txn, ready_batches_txn
 from pipeline.sandbox.git_repos import DEMO_REPO
 from pipeline.sandbox.githost import GitHostSandbox
 from pipeline.sandbox.messages_api import MessagesSandbox
@@ -29,6 +29,7 @@ from tests.integration.api_fixtures import (
     action_row,
     as_seen,
     bearer,
+    count,
     live_server,
     make_app,
     person_token,
@@ -65,17 +66,20 @@ def price_key(sku: str) -> str:
     return f"price_synthesis:{sku}:{NIGHT}"
 
 
-def start_the_night() -> None:
-    """Tonight's competitor monitor as its schedule starts it: three competitors (the web
-    sandbox's c01-c03, whose median moves sku-1 and sku-2), then the synthesis, once."""
-    listed = competitors(3)
-    plan = BatchPlan(
+def _night_of(children: int) -> BatchPlan:
+    listed = competitors(children)
+    return BatchPlan(
         batch_id=NIGHT, name="competitor_monitor", child_agent="competitor_monitor",
         child_inputs=[{"competitor": c["id"], "name": c["name"], "batch": NIGHT} for c in listed],
         synthesis_agent="price_synthesis", params={},
     )  # fmt: skip
+
+
+def start_the_night() -> None:
+    """Tonight's competitor monitor as its schedule starts it: three competitors (the web
+    sandbox's c01-c03, whose median moves sku-1 and sku-2), then the synthesis, once."""
     with transaction() as session:
-        assert create_batch_txn(session, plan)
+        assert create_batch_txn(session, _night_of(children=3))
 
 
 def synthesis_of_the_night() -> uuid.UUID | None:
@@ -136,6 +140,31 @@ def test_a_run_started_with_a_nights_batch_cannot_take_the_nights_price_changes(
     assert [c["price"] for c in pricing.changes(price_key("sku-2"))] == [47.03]
     assert pricing.price("sku-2")["price"] == 47.03  # type: ignore[index]
     assert "sku-2 set to 47.03" in done.result["text"]
+
+
+def test_a_caller_cannot_take_a_run_key_that_nightshift_starts_runs_under(db_url: str) -> None:
+    token = person_token("mallory@example.com")
+    body = {"agent": "price_synthesis", "input": {"batch": NIGHT, "children": MADE_UP}}
+    taken = [f"{NIGHT}:synthesis", f"{NIGHT}:child:0", NIGHT, "event:github:42",
+             f"retry-of:{uuid.uuid4()}"]  # fmt: skip
+    with live_server(make_app()) as base:
+        # when someone's token starts a run under a key of each form nightshift starts runs
+        # under: tonight's synthesis, a child, the slot, an event, a retry
+        answers = [
+            httpx.post(f"{base}/runs", json=body, headers={**bearer(token), "Idempotency-Key": k})
+            for k in taken
+        ]
+    # then each is refused in one line saying whose form it is, and no run is started
+    for key, answer in zip(taken, answers, strict=True):
+        assert answer.status_code == 422, (key, answer.text)
+        error = answer.json()["error"]
+        assert key in error and "own" in error and "\n" not in error
+    assert count(Run) == 0
+    # and the night's synthesis, once its (here childless) batch is done, starts under its key
+    with transaction() as session:
+        assert create_batch_txn(session, _night_of(children=0)) == []
+        (started,) = ready_batches_txn(session)
+    assert run_row(started).idempotency_key == f"{NIGHT}:synthesis"
 
 
 # -- Patch: the pull request's repository and branch are the run's issue's -------------------
