@@ -1,10 +1,11 @@
 """The durable record: SQLAlchemy 2 typed ORM for every table nightshift keeps."""
 
 from models.action import Action, ActionAudit
+from models.alert import Alert
 from models.api_token import ApiToken
 from models.artifact import Artifact, artifact_url
 from models.base import Base, table_of
-from models.batch import Alert, Batch
+from models.batch import Batch
 from models.beat_schedules import BeatSchedules
 from models.external_event import ExternalEvent
 from models.journal import JournalEntry

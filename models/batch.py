@@ -1,4 +1,4 @@
-"""Batches (a night's fan-out) and alerts (budget and policy warnings raised once)."""
+"""Batches: a night's fan-out, its caps and its synthesis."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Numeric, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Numeric, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, created_at_column, status_column, updated_at_column
@@ -40,18 +40,3 @@ class Batch(Base):
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()
     finished_at: Mapped[datetime | None]
-
-
-class Alert(Base):
-    __tablename__ = "alerts"
-
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    kind: Mapped[str] = mapped_column(String(64))
-    """e.g. budget_tokens, budget_cost, max_tool_calls."""
-    subject: Mapped[str] = mapped_column(String(200))
-    """What the alert is about: `batch:<id>` or `run:<id>`; one alert per kind and subject."""
-    message: Mapped[str] = mapped_column(Text)
-    notified: Mapped[bool] = mapped_column(default=False)
-    created_at: Mapped[datetime] = created_at_column()
-
-    __table_args__ = (UniqueConstraint("kind", "subject"),)

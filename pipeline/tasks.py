@@ -15,10 +15,10 @@ from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.app import HANDED_OFF, app, send_step
+from pipeline.delivery.receivers import senders
+from pipeline.delivery.sender import deliver
 from pipeline.engine.holders import holder_here
 from pipeline.engine.llm import load_sdk
-from pipeline.engine.notification_sender import deliver
-from pipeline.engine.sender_pool import senders
 from pipeline.engine.step import StepOutcome
 from pipeline.engine.time_limit import execute_bounded_step
 from pipeline.errors import (

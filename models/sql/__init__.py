@@ -9,7 +9,8 @@
   checkpoint, the lease renewal); `runs.sql` a run's other changes (creation, fenced writes,
   park, finish, wake, cancel, the tick's takeovers, expiry); `actions.sql` the action
   protocol's rows and their audit trail; `batches.sql` batches, their join and the budget
-  stops; `outages.sql` the model provider's outages; `testing.sql` what only pipeline.testing
+  stops; `notifications.sql` completion webhooks and alerts (owed, dispatched, delivered);
+  `outages.sql` the model provider's outages; `testing.sql` what only pipeline.testing
   runs, on a database a test owns (its clock). `pipeline/statements.py` runs them, and
   nothing else writes those tables.
 
@@ -25,7 +26,8 @@ from sqlalchemy.engine import Connection
 
 SCHEMA_FILE = "schema.sql"
 STATEMENT_FILES = (
-    "step.sql", "runs.sql", "actions.sql", "batches.sql", "outages.sql", "testing.sql",
+    "step.sql", "runs.sql", "actions.sql", "batches.sql", "notifications.sql", "outages.sql",
+    "testing.sql",
 )  # fmt: skip
 _NAME = "-- name: "
 

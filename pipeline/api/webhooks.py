@@ -1,4 +1,4 @@
-"""The inbound side of signed webhooks (the scheme: pipeline/engine/signatures.py): a
+"""The inbound side of signed webhooks (the scheme: pipeline/delivery/signatures.py): a
 signature binds the request to its action or event source, so the same headers sent to another
 path do not match, and each signature is accepted once with each credential
 (pipeline.api.replays); a sender that retries signs the retry anew.

@@ -18,7 +18,7 @@ from typing import IO
 import httpx
 
 from pipeline.chaos.common import ChaosError, WebhookUnavailable
-from pipeline.engine.signatures import signed_headers
+from pipeline.delivery.signatures import signed_headers
 from pipeline.settings import child_environment
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)

@@ -4,7 +4,7 @@ it (tokens and/or money, with a warning first). Exceeding one stops the run, the
 batch or every batch of the night (and each other run of the night at its next check, but the
 partial synthesis of a batch the night stopped), with the reason recorded, and raises one
 alert: a row, a log line and, if NIGHTSHIFT_ALERT_WEBHOOK_URL is set, a webhook delivered like
-a completion webhook (pipeline/engine/notification_sender.py).
+a completion webhook (pipeline/delivery/sender.py).
 
 Money is the runs' recorded cost (each model call priced for its model, cache writes and reads
 at their own prices), so a budget and the cost a person reads are the same number. The calls
@@ -17,11 +17,10 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 import pipeline.statements as statements
-from models import Alert, BatchStatus
+from models import BatchStatus
 from pipeline.logs import get_logger
 from pipeline.runs import fanout, notifications
 from pipeline.runs.obligations import settle_actions_of_ended_txn
@@ -220,14 +219,10 @@ def raise_alert_txn(
     """One alert per kind and subject, however many runs trip it; and, if
     NIGHTSHIFT_ALERT_WEBHOOK_URL is set, its delivery owed, in the same transaction (the
     caller's, fenced): sent after the commit like a completion webhook, retried, once per key."""
-    created = session.execute(
-        insert(Alert)
-        .values(kind=kind, subject=subject, message=message)
-        .on_conflict_do_nothing(index_elements=["kind", "subject"])
-        .returning(Alert.id)
-    ).scalar_one_or_none()
-    if created is None:
+    row = statements.first(session, "raise_alert", kind=kind, subject=subject, message=message)
+    if row is None:
         return None
+    created: int = row.id
     log.warning("ALERT %s on %s: %s", kind, subject, message)
     if settings.alert_webhook_url:
         notifications.owe_alert_txn(session, created, subject, settings.alert_webhook_url)

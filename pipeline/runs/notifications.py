@@ -1,13 +1,13 @@
 """Completion webhooks and alerts' webhooks, the record's side: checking a notify_url, owing an
 alert's delivery, and handing the notifications that are owed to a worker
-(pipeline/engine/notification_sender.py sends them).
+(pipeline/delivery/ sends them).
 
 The rows themselves are written by the status triggers in the transaction of the transition
 (models/notification.py), so none is lost. Who sends the first delivery task: the code that
 made the transition, right after its commit (`dispatch_new_txn`); the tick sends the rest
 (`dispatch_due_txn`): retries whose time has come, a delivery whose sender died (its claim
 expired) and one whose task message was lost. Each delivery is a task of its own on the control
-queue, which hands the POST to the worker's own senders (pipeline/engine/sender_pool.py), so a slow
+queue, which hands the POST to the worker's own senders (pipeline/delivery/receivers.py), so a slow
 receiver never holds up a step.
 """
 
@@ -18,9 +18,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
+import pipeline.statements as statements
 from pipeline.app import app
 from pipeline.db import after_commit
 from pipeline.errors import InvalidInput, TargetUnresolved
@@ -29,30 +30,6 @@ from pipeline.settings import get_settings
 
 NOTIFY_TASK = "pipeline.notify"
 MAX_URL = 2000
-
-_OWED = "state IN ('intended', 'attempted', 'outcome_unknown')"
-_DUE = text(
-    f"""
-    UPDATE notifications SET dispatched_at = now()
-     WHERE id IN (
-        SELECT id FROM notifications
-         WHERE {_OWED} AND next_attempt_at <= now()
-           AND (lease_expires_at IS NULL OR lease_expires_at < now())
-           AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => :grace))
-         ORDER BY next_attempt_at
-         LIMIT :limit
-         FOR UPDATE SKIP LOCKED)
-    RETURNING id, url
-    """
-)
-_NEW = text(
-    f"""
-    UPDATE notifications SET dispatched_at = now()
-     WHERE {_OWED} AND dispatched_at IS NULL
-       AND created_xid = pg_current_xact_id()::text::bigint
-    RETURNING id, url
-    """
-)
 
 
 def check_notify_url(url: object, what: str = "notify_url") -> str | None:
@@ -73,9 +50,6 @@ def check_notify_url(url: object, what: str = "notify_url") -> str | None:
     return url.strip()
 
 
-ALERT_EVENT = "alert"
-
-
 def owe_alert_txn(session: Session, alert_id: int, subject: str, url: str) -> None:
     """An alert's webhook, owed in the alert's own transaction, keyed `alert:<id>`. `url` is
     the operator's NIGHTSHIFT_ALERT_WEBHOOK_URL (not a caller's: no NIGHTSHIFT_NOTIFY_ALLOWED);
@@ -87,28 +61,21 @@ def owe_alert_txn(session: Session, alert_id: int, subject: str, url: str) -> No
             run_id = uuid.UUID(about)
     params = {"key": f"alert:{alert_id}", "alert_id": alert_id, "url": url, "run_id": run_id,
               "batch_id": about if kind == "batch" else None}  # fmt: skip
-    session.execute(_OWE_ALERT, params)
-
-
-_OWE_ALERT = text(
-    """
-    INSERT INTO notifications (idempotency_key, event, alert_id, run_id, batch_id, url, state)
-    VALUES (:key, 'alert', :alert_id, :run_id, :batch_id, :url, 'intended')
-    ON CONFLICT (idempotency_key) DO NOTHING
-    """
-)
+    statements.execute(session, "owe_alert", **params)
 
 
 def dispatch_new_txn(session: Session) -> list[int]:
     """Send a delivery task, after the commit, for every notification this transaction's own
     transitions wrote."""
-    return _dispatch(session, session.execute(_NEW).all())
+    return _dispatch(session, statements.rows(session, "dispatch_new_notifications"))
 
 
 def dispatch_due_txn(session: Session, grace: float, limit: int = 500) -> list[int]:
     """The tick: send a delivery task for every notification owed and due that no sender
     holds and no recent task is on its way to."""
-    return _dispatch(session, session.execute(_DUE, {"grace": grace, "limit": limit}).all())
+    return _dispatch(
+        session, statements.rows(session, "dispatch_due_notifications", grace=grace, limit=limit)
+    )
 
 
 def _dispatch(session: Session, owed: Sequence[Row[Any]]) -> list[int]:

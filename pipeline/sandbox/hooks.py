@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any
 
-from pipeline.engine.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from pipeline.delivery.signatures import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from pipeline.errors import BadSignature
 from pipeline.sandbox.base import SandboxServer
 from pipeline.sandbox.transport import Rejected, Request, Response

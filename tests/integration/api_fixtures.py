@@ -25,8 +25,8 @@ from pipeline.api.base import ApiConfig
 from pipeline.api.server import create_app, server_config
 from pipeline.api.tokens import create_token
 from pipeline.db import transaction
+from pipeline.delivery.signatures import signed_headers
 from pipeline.engine.action_rows import arguments_hash
-from pipeline.engine.signatures import signed_headers
 from pipeline.runs.decisions import Actor
 from pipeline.runs.start import create_run_txn
 

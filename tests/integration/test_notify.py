@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from models import ActionState, Notification, Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
-from pipeline.engine.notification_sender import Delivery, deliver
+from pipeline.delivery.sender import Delivery, deliver
 from pipeline.errors import InvalidInput
 from pipeline.runs import fanout
 from pipeline.runs.decisions import Actor, Decision, decide

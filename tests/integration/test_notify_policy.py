@@ -19,7 +19,7 @@ from sqlalchemy import func, select, update
 
 from models import ActionState, Notification, Run, RunStatus
 from pipeline.db import transaction
-from pipeline.engine.notification_sender import SEND_SECONDS, Delivery, deliver
+from pipeline.delivery.sender import SEND_SECONDS, Delivery, deliver
 from pipeline.runs.notifications import dispatch_new_txn
 from pipeline.runs.start import create_run_txn, start_run
 from pipeline.sandbox.hooks import HookSandbox

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from models import ActionState, ExternalEvent, Run, RunStatus
 from pipeline.api.tokens import revoke_token
-from pipeline.engine.signatures import signature, verify
+from pipeline.delivery.signatures import signature, verify
 from pipeline.errors import BadSignature
 from tests.integration.api_fixtures import (
     APPROVAL_SECRET,

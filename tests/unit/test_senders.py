@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from pipeline.engine.sender_pool import Senders
+from pipeline.delivery.receivers import Senders
 
 
 def test_a_slow_receiver_holds_one_sender_and_the_others_go_past_it() -> None:

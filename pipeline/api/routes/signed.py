@@ -14,7 +14,7 @@ from pipeline.api import webhooks
 from pipeline.api.base import describe_validation
 from pipeline.api.replays import first_delivery
 from pipeline.api.storable import unstorable_request
-from pipeline.engine import signatures
+from pipeline.delivery import signatures
 from pipeline.errors import Invalid, Malformed, Unauthenticated, Unavailable
 
 

@@ -1,6 +1,6 @@
 """The signature scheme of nightshift's webhooks, both ways: requests sent to nightshift (the
 approval and event webhooks, pipeline/api/webhooks.py) are verified with it, and the completion
-notifications nightshift sends (pipeline/engine/notification_sender.py) are signed with it.
+notifications nightshift sends (pipeline/delivery/sender.py) are signed with it.
 HMAC-SHA256 over the timestamp, the method, the path and the raw body, inside a 5-minute window.
 
 Headers: `X-Nightshift-Timestamp: <unix seconds>` and

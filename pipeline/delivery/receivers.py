@@ -10,7 +10,7 @@ A receiver (scheme, host and
 port) whose last send timed out, failed to connect or answered 5xx/429 is not tried again until
 its backoff ends (doubling from FIRST_BACKOFF to LAST_BACKOFF), and then by one send at a time:
 its other notifications are put off without an attempt, instead of each holding a sender for a
-timeout. The put-off is also written to their rows (pipeline/engine/notification_sender.py), so
+timeout. The put-off is also written to their rows (pipeline/delivery/sender.py), so
 the tick does not hand them to a worker again, one task and two transactions each, only to be
 put off once more: that churn, on the workers' own threads, was what a tarpit cost other runs.
 """

@@ -19,15 +19,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy import TextClause, select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import pipeline.http_deadline as http_deadline
+import pipeline.statements as statements
 from models import ActionState, Alert, Batch, Run, RunEvent, RunStatus
 from pipeline.crash import crash_point
 from pipeline.db import transaction
-from pipeline.engine.sender_pool import MIN_DEFERRAL, RECEIVERS
-from pipeline.engine.signatures import signed_headers
+from pipeline.delivery.receivers import MIN_DEFERRAL, RECEIVERS
+from pipeline.delivery.signatures import signed_headers
 from pipeline.errors import TargetRefused, TargetUnresolved, redact_url, redact_urls
 from pipeline.logs import get_logger
 from pipeline.retry import is_temporary_status
@@ -39,7 +40,7 @@ log = get_logger("nightshift.notify")
 SEND_SECONDS = 5.0
 """Each POST's total deadline, connection to the answer's last byte: a receiver has seconds to
 answer, however it answers, and one that does not is backed off
-(pipeline/engine/sender_pool.py) rather than waited for."""
+(pipeline/delivery/receivers.py) rather than waited for."""
 MAX_ATTEMPTS = 12
 FIRST_RETRY = timedelta(seconds=1)
 LAST_RETRY = timedelta(minutes=15)
@@ -56,77 +57,12 @@ class Delivery(StrEnum):
     FAILED = "failed"
 
 
-_CLAIM = text(
-    """
-    UPDATE notifications
-       SET fence = fence + 1,
-           lease_expires_at = now() + make_interval(secs => :lease),
-           dispatched_at = NULL,
-           -- an attempt whose sender died before saving the reply: it may have arrived
-           state = CASE WHEN state = 'attempted' THEN 'outcome_unknown' ELSE state END,
-           updated_at = now()
-     WHERE id = :id
-       AND state IN ('intended', 'attempted', 'outcome_unknown')
-       AND next_attempt_at <= now()
-       AND (lease_expires_at IS NULL OR lease_expires_at < now())
-    RETURNING id, fence, state, idempotency_key, event, url, body, attempts, run_id,
-              batch_id, event_id, alert_id
-    """
-)
-_ATTEMPTED = text(
-    """
-    UPDATE notifications
-       SET state = 'attempted', attempts = attempts + 1, body = :body,
-           first_attempt_at = coalesce(first_attempt_at, now()), last_attempt_at = now(),
-           updated_at = now()
-     WHERE id = :id AND fence = :fence
-    """
-)
-_RECORD = text(
-    """
-    UPDATE notifications
-       SET state = :state, response_status = :status, error = :error,
-           next_attempt_at = now() + make_interval(secs => :retry_in),
-           lease_expires_at = NULL, updated_at = now()
-     WHERE id = :id AND fence = :fence
-    """
-)
-
-
-_OWED_BY_RECEIVER = """
-    SELECT id FROM notifications
-     WHERE state IN ('intended', 'attempted', 'outcome_unknown') AND id <> :id
-       AND (lease_expires_at IS NULL OR lease_expires_at < now())
-       -- the same scheme://host:port (pipeline/runs/outbound.py Target.receiver)
-       AND lower(substring(url from '^[^/?#]*//[^/?#]*'))
-         = lower(substring(CAST(:url AS text) from '^[^/?#]*//[^/?#]*'))
-"""
-# SKIP LOCKED: a row another sender is claiming or recording is its own (and two of these,
-# from two workers whose sends to one receiver failed together, never wait on each other).
-_PUT_OFF_OTHERS = text(
-    f"""
-    UPDATE notifications
-       SET next_attempt_at = now() + make_interval(secs => :wait * (1 + random() / 2)),
-           error = CASE WHEN attempts = 0 THEN :error ELSE error END, updated_at = now()
-     WHERE id IN ({_OWED_BY_RECEIVER}
-       AND next_attempt_at < now() + make_interval(secs => :wait)
-       FOR UPDATE SKIP LOCKED)
-    """
-)
-_BRING_BACK_OTHERS = text(
-    f"""
-    UPDATE notifications SET next_attempt_at = now(), updated_at = now()
-     WHERE id IN ({_OWED_BY_RECEIVER} AND next_attempt_at > now() FOR UPDATE SKIP LOCKED)
-    """
-)
-
-
 def deliver(notification_id: int, settings: Settings | None = None) -> Delivery:
     """One attempt at one notification, if it is owed, due and nobody else holds it."""
     settings = settings or get_settings()
     lease = SEND_SECONDS + settings.lease_seconds  # longer than any one send
     with transaction() as session:
-        claim = session.execute(_CLAIM, {"id": notification_id, "lease": lease}).one_or_none()
+        claim = statements.first(session, "claim_notification", id=notification_id, lease=lease)
         if claim is None:
             return Delivery.SKIPPED
         body = claim.body or _body(session, claim)
@@ -148,9 +84,10 @@ def deliver(notification_id: int, settings: Settings | None = None) -> Delivery:
         return Delivery.SKIPPED
     try:
         with transaction() as session:
-            if not session.execute(
-                _ATTEMPTED, {"id": notification_id, "fence": claim.fence, "body": body}
-            ).rowcount:  # type: ignore[attr-defined]
+            if not statements.execute(
+                session, "notification_attempted", id=notification_id, fence=claim.fence,
+                body=body,
+            ):  # fmt: skip
                 return Delivery.SKIPPED  # another sender took it over meanwhile
         return _send(claim, target, body, settings.notify_secret)
     finally:
@@ -181,7 +118,7 @@ def _send(claim: Any, target: Target, body: str, secret: str | None) -> Delivery
     # The receiver answered. If this was a retry (or this process had backed the receiver
     # off), it was the receiver's probe: its other notifications, put off past it, are due now.
     recovered = RECEIVERS.answered(target.receiver) or claim.attempts > 0
-    others = _BRING_BACK_OTHERS if recovered else None
+    others = "bring_back_receiver" if recovered else None
     if response.is_success:
         log.info("notification %s delivered (HTTP %d)", claim.idempotency_key, response.status_code)
         return _record(claim, ActionState.CONFIRMED, status=response.status_code, others=others)
@@ -221,7 +158,7 @@ def _retry_later(
         "notification %s to %s failed (%s); trying again in %.0f s",
         claim.idempotency_key, redact_url(claim.url), error, retry_in,
     )  # fmt: skip
-    others = None if backoff is None else _PUT_OFF_OTHERS
+    others = None if backoff is None else "put_off_receiver"
     _record(claim, state or ActionState.OUTCOME_UNKNOWN, status=status, error=error,
             retry_in=retry_in, others=others)  # fmt: skip
     return Delivery.RETRY
@@ -234,16 +171,18 @@ def _record(
     status: int | None = None,
     error: str | None = None,
     retry_in: float = 0.0,
-    others: TextClause | None = None,
+    others: str | None = None,
 ) -> Delivery:
-    """Record the attempt's outcome; `others` (_PUT_OFF_OTHERS, _BRING_BACK_OTHERS) moves the
-    receiver's other owed notifications in the same transaction, if the record holds."""
-    params = {"id": claim.id, "fence": claim.fence, "state": state.value, "status": status,
-              "error": error, "retry_in": retry_in}  # fmt: skip
+    """Record the attempt's outcome; `others` (notifications.sql put_off_receiver or
+    bring_back_receiver) moves the receiver's other owed notifications in the same
+    transaction, if the record holds."""
     with transaction() as session:
-        recorded = session.execute(_RECORD, params).rowcount  # type: ignore[attr-defined]
+        recorded = statements.execute(
+            session, "record_notification", id=claim.id, fence=claim.fence, state=state.value,
+            status=status, error=error, retry_in=retry_in,
+        )  # fmt: skip
         if recorded and others is not None:
-            session.execute(others, _others_params(claim, retry_in, error))
+            statements.execute(session, others, **_others_params(claim, retry_in, error))
     if state is ActionState.FAILED:
         log.warning("notification %s failed: %s", claim.idempotency_key, error)
         return Delivery.FAILED
@@ -252,7 +191,7 @@ def _record(
 
 def _others_params(claim: Any, probe_in: float, error: str | None) -> dict[str, Any]:
     """The receiver's other notifications come back after its probe (due in `probe_in`) has
-    had the time to answer, and sooner only if it did (_BRING_BACK_OTHERS)."""
+    had the time to answer, and sooner only if it did (bring_back_receiver)."""
     wait = probe_in + SEND_SECONDS + MIN_DEFERRAL
     put_off = f"not sent yet: its receiver failed just before ({error}); another tries it first"
     return {"id": claim.id, "url": claim.url, "wait": wait, "error": put_off[:500]}
