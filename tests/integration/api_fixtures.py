@@ -104,6 +104,15 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def start_as(base: str, token: str, agent: str, run_input: dict[str, Any]) -> uuid.UUID:
+    """Start a run through a live API as whom `token` speaks for; the run's id."""
+    answer = httpx.post(
+        f"{base}/runs", json={"agent": agent, "input": run_input}, headers=bearer(token)
+    )
+    assert answer.status_code == 201, answer.text
+    return uuid.UUID(answer.json()["run_id"])
+
+
 def park_on_approval(
     key: str = PR_KEY, approvers: tuple[str, ...] = (), bug: dict[str, Any] | None = None
 ) -> uuid.UUID:

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import select
 
 from models import Action, ActionState, Batch, Run, RunStatus
@@ -18,13 +15,8 @@ from pipeline.agent_definition import BatchPlan
 from pipeline.agents.price_synthesis import PRICING_APPROVER
 from pipeline.db import transaction
 from pipeline.runs.fanout import create_batch_txn, ready_batches_txn
-from pipeline.sandbox.git_repos import DEMO_REPO
-from pipeline.sandbox.githost import GitHostSandbox
-from pipeline.sandbox.messages_api import MessagesSandbox
 from pipeline.sandbox.pricing import PricingSandbox
-from pipeline.sandbox.responders import agent_responder
 from pipeline.sandbox.web import competitors
-from pipeline.settings import get_settings
 from tests.integration.api_fixtures import (
     action_row,
     as_seen,
@@ -34,20 +26,13 @@ from tests.integration.api_fixtures import (
     make_app,
     person_token,
     signed,
+    start_as,
 )
 from tests.integration.conftest import ProcessFactory
 from tests.support import run_row, wait_for, wait_for_status
 
 PARKED = {RunStatus.WAITING.value, RunStatus.NEEDS_ATTENTION.value}
 ENDED = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}
-
-
-def start(base: str, token: str, agent: str, run_input: dict[str, Any]) -> uuid.UUID:
-    answer = httpx.post(
-        f"{base}/runs", json={"agent": agent, "input": run_input}, headers=bearer(token)
-    )
-    assert answer.status_code == 201, answer.text
-    return uuid.UUID(answer.json()["run_id"])
 
 
 # -- a night's price synthesis: its batch is the one the fan-out recorded --------------------
@@ -103,7 +88,7 @@ def test_a_run_started_with_a_nights_batch_cannot_take_the_nights_price_changes(
     with live_server(make_app()) as base:
         # given a synthesis started by someone's token with tonight's batch and made-up
         # children quoting sku-2 at 40.00
-        squatter = start(
+        squatter = start_as(
             base, person_token("mallory@example.com"), "price_synthesis",
             {"batch": NIGHT, "children": MADE_UP},
         )  # fmt: skip
@@ -165,59 +150,3 @@ def test_a_caller_cannot_take_a_run_key_that_nightshift_starts_runs_under(db_url
         assert create_batch_txn(session, _night_of(children=0)) == []
         (started,) = ready_batches_txn(session)
     assert run_row(started).idempotency_key == f"{NIGHT}:synthesis"
-
-
-# -- Patch: the pull request's repository and branch are the run's issue's -------------------
-
-REAL = {"issue": 424242, "repo": DEMO_REPO, "title": "totals are not rounded"}
-HOSTILE = {"issue": 7, "repo": DEMO_REPO, "title": "a typo in the README"}
-REAL_KEY = f"patch:{DEMO_REPO}:patch/issue-424242"
-
-
-def _model_for_issue_7_aims_at_424242(request: dict[str, Any]) -> dict[str, Any]:
-    """The scripted Patch model, except that in the run for issue 7 it asks to open the pull
-    request on issue 424242's branch (the repository is the same)."""
-    reply = agent_responder(request)
-    if '"issue": 7,' not in str(request["messages"][0]["content"]):
-        return reply
-    for block in reply["content"]:
-        if block["type"] == "tool_use" and block["name"] == "open_fix_pull_request":
-            block["input"] = {**block["input"], "branch": "patch/issue-424242"}
-    return reply
-
-
-def test_a_hostile_model_cannot_reserve_another_issues_pull_request_key(
-    githost: GitHostSandbox,
-    git_remotes: Path,
-    processes: ProcessFactory,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    messages = tmp_path / "messages.jsonl"
-    with MessagesSandbox(responder=_model_for_issue_7_aims_at_424242, log_path=messages) as model:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-secret")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
-        get_settings.cache_clear()
-        processes("w1")
-        with live_server(make_app()) as base:
-            # given the run for issue 7, whose model names issue 424242's branch for its pull
-            # request, started first by someone
-            hostile = start(base, person_token("mallory@example.com"), "patch", HOSTILE)
-            hostile_row = wait_for_status(hostile, PARKED | ENDED, timeout=90)
-            # when the real run for issue 424242 starts and reaches its pull request
-            real = start(base, person_token(), "patch", REAL)
-            real_row = wait_for_status(real, PARKED | ENDED, timeout=90)
-
-    # then the real run waits for the approval of its own pull request, under its own key
-    assert (real_row.status, real_row.waiting_on) == (
-        RunStatus.WAITING,
-        f"approval:{REAL_KEY}",
-    ), real_row.error
-    owned = action_row(REAL_KEY)
-    assert (owned.run_id, owned.state) == (real, ActionState.PENDING_APPROVAL)
-    assert owned.args["branch"] == "patch/issue-424242"
-    # and the hostile call was refused before anything was recorded: no reviewer is asked to
-    # open a pull request for another issue, and its run took no key
-    assert hostile_row.status is RunStatus.SUCCEEDED, hostile_row.error
-    assert "may open a pull request only for patch/issue-7" in str(run_row(hostile).result)
-    assert githost.log.entries() == []
