@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from pipeline.cli.format import print_json
+from pipeline.registry import SHIPPED_ENV, registry
 from pipeline.views.agents import describe_agents
 
 if TYPE_CHECKING:
@@ -29,7 +30,12 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.json:
         print_json(agents)
         return 0
-    print("\n\n".join(_text(agent) for agent in agents))
+    blocks = [_text(agent) for agent in agents] or ["no agents registered here"]
+    off = sorted(registry().shipped_off)
+    if off:
+        blocks.append(f"nightshift's shipped agents off here: {', '.join(off)} (turn them on "
+                      f"with {SHIPPED_ENV}=all or their names)")  # fmt: skip
+    print("\n\n".join(blocks))
     return 0
 
 

@@ -38,6 +38,13 @@ def test_a_fresh_deployment_runs_no_shipped_agent_and_fires_no_shipped_schedule(
     wait_for(lambda: "beat stored its 0 schedules" in beat.log(), timeout=30, what="beat")
     with transaction() as session:
         assert session.scalar(select(BeatSchedules.definitions)) == []
+    # and `nightshift agents` says which are off and how to turn them on
+    listed = nightshift("agents", **FRESH).stdout
+    assert listed.endswith(
+        "nightshift's shipped agents off here: competitor_monitor, follow_up, invoice_reminders, "
+        "nightly_report, patch, price_synthesis (turn them on with NIGHTSHIFT_SHIPPED_AGENTS=all "
+        "or their names)\n"
+    )
     # and starting a shipped agent says how to turn it on, in one line
     started = nightshift(
         "start", "nightly_report", "--input", '{"team": "ops", "date": "2026-11-29"}', **FRESH
