@@ -25,6 +25,7 @@ from pipeline.settings import get_settings
 from pipeline.views.liveness import QueueLiveness, queue_liveness, stall
 from pipeline.views.outages import model_outages
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
+from pipeline.views.turns import waiting_for_turns
 
 if TYPE_CHECKING:
     from pipeline.cli.main import AddCommand
@@ -85,6 +86,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for outage in model_outages(get_settings()):
         print(f"note: {outage.describe()}")
+    for waiting in waiting_for_turns():
+        print(f"note: {waiting}")
     return 0
 
 

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
+from pipeline.db import transaction
 from pipeline.engine.flow_ledger import BURST_SECONDS, Pace, Turns
+from pipeline.keys import rate_wait, turn_wait
 from pipeline.processes.celery_process import wait_for
 from pipeline.rate_limits import RateLimit
 from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
+from pipeline.views.turns import waiting_for_turns
 from tests.flow_agents import LIMIT
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.support import run_row
@@ -152,3 +156,21 @@ def test_a_night_paces_itself_under_the_providers_rate_limit(
     assert stats["rate_limited"] <= 1, stats
     assert stats["requests"] - stats["rate_limited"] == 40
     assert took >= 0.8 * (40 - 12) / 2, took
+
+
+def test_nightshift_runs_says_how_many_wait_for_their_turn(db_url: str) -> None:
+    # given runs parked for their turn (as the gate parks them), and one waiting on a timer
+    runs = [start_run("bench", {"steps": 1}).run_id for _ in range(4)]
+    waits = [str(turn_wait("bench")), str(turn_wait("bench")), str(rate_wait("claude-x")),
+             "timer:toolu_1"]  # fmt: skip
+    with transaction() as session:
+        for run, wait in zip(runs, waits, strict=True):
+            session.execute(
+                text("UPDATE runs SET status = 'waiting', waiting_on = :wait WHERE id = :id"),
+                {"wait": wait, "id": run},
+            )
+    # then the note lines say how many wait on what, the most first, timers left out
+    assert waiting_for_turns() == [
+        "2 run(s) wait for their turn: bench's max_concurrent_runs are in a step",
+        "1 run(s) wait for their turn under claude-x's rate limits",
+    ]
