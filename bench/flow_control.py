@@ -4,8 +4,9 @@
 retry-after past them), with NIGHTSHIFT_MODEL_RATE_LIMITS telling the workers the same limits.
 
 The batch goes as a night's does (a schedule's slot fired by hand, the real fan-out, beat's tick).
-Printed: runs failed, the model calls answered and answered 429, and the throughput: calls a
-minute from the first call to the last, against the limit (the requests limit, or what the
+Printed: runs failed, the model calls answered and answered 429, and the throughput: the
+children's calls a minute from the first to the last (the synthesis's call waits for the
+batch's join, and is shown apart), against the limit (the requests limit, or what the
 tokens limits allow of this night's calls, whichever binds). The provider's bucket holds
 `--burst` seconds of each limit (60: the API's minute), so a night that starts with a full
 bucket could run past the limit at first; the steady rate leaves out the first minute.
@@ -100,7 +101,9 @@ def report(
 ) -> None:
     answered = [c for c in calls if c.get("status") == 200]
     refused = [c for c in calls if c.get("status") == 429]
-    at = sorted(datetime.fromisoformat(c["at"]).timestamp() for c in answered)
+    # The synthesis's call comes after the last child's, once the batch joined: it is no part
+    # of the paced calls (a child has one call, so the synthesis's is the last).
+    *at, synthesis_at = sorted(datetime.fromisoformat(c["at"]).timestamp() for c in answered)
     span = at[-1] - at[0]
     steady = [t for t in at if t >= at[0] + 60]
     prompt = sum(_prompt(c) for c in answered) / len(answered)
@@ -126,10 +129,11 @@ def report(
             ("syntheses", f"{syntheses}"),
             ("model calls answered / answered 429",
              f"{len(answered)} / {len(refused)} ({100 * len(refused) / len(calls):.2f}%)"),
-            ("throughput, first call to last", f"{rate:.0f} a minute ({100 * rate / allowed:.1f}%"
-             " of the limit)"),
-            ("throughput after the first minute",
-             f"{steady_rate:.0f} a minute ({100 * steady_rate / allowed:.1f}% of the limit)"),
+            ("children's calls a minute, first to last",
+             f"{rate:.0f} ({100 * rate / allowed:.1f}% of the limit)"),
+            ("the same after the first minute",
+             f"{steady_rate:.0f} ({100 * steady_rate / allowed:.1f}% of the limit)"),
+            ("the synthesis's call after the last child's", output.secs(synthesis_at - at[-1])),
             ("wall (fire to synthesis)", output.secs(wall)),
             ("runs still parked on rate_limit", f"{waits}"),
         ],
