@@ -1,9 +1,11 @@
 """The fleet-wide ledgers of flow control, in the broker's Redis: every worker of every host asks
 the same keys, each question one Lua script (atomic, on Redis's own clock).
 
-Turns (an agent's max_concurrent_runs): the runs in a step (a sorted set scored by when their
-hold lapses, so a dead worker's holds free themselves) and the runs waiting, in the order they
-first asked (first in, first out: a run that comes later queues behind them, so none starves).
+Turns (an agent's max_concurrent_runs): the steps holding a turn, by run and fence (a sorted set
+scored by when their hold lapses, so a dead worker's holds free themselves; a step whose lease
+was taken over keeps its own hold until it ends, and its end never frees its successor's) and
+the runs waiting, in the order they first asked (first in, first out: a run that comes later
+queues behind them, so none starves).
 A waiter that stops asking (cancelled, failed, its deadline passed) is forgotten.
 
 Pace (a model's rate limits): the generic cell rate algorithm per limit (requests, input tokens,
@@ -36,7 +38,7 @@ _ASK_TURN = (
     + """
 local holders, queue, seen, seq = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local run, limit, hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local recheck, most = tonumber(ARGV[4]), tonumber(ARGV[5])
+local recheck, most, holder = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
 local gone = redis.call('ZRANGEBYSCORE', seen, '-inf', now, 'LIMIT', 0, 500)
 if #gone > 0 then
@@ -45,15 +47,15 @@ if #gone > 0 then
 end
 local keep = math.ceil(hold + 3 * most + 60)
 for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, keep) end
-if redis.call('ZSCORE', holders, run) then
-  redis.call('ZADD', holders, now + hold, run)
+if redis.call('ZSCORE', holders, holder) then
+  redis.call('ZADD', holders, now + hold, holder)
   return {1, 0}
 end
 local free = limit - redis.call('ZCARD', holders)
 local rank = redis.call('ZRANK', queue, run)
 local ahead = rank or redis.call('ZCARD', queue)
 if ahead < free then
-  redis.call('ZADD', holders, now + hold, run)
+  redis.call('ZADD', holders, now + hold, holder)
   redis.call('ZREM', queue, run)
   redis.call('ZREM', seen, run)
   return {1, 0}
@@ -70,8 +72,8 @@ _LEAVE_TURN = (
     _NOW
     + """
 local holders, queue = KEYS[1], KEYS[2]
-local run, limit = ARGV[1], tonumber(ARGV[2])
-redis.call('ZREM', holders, run)
+local holder, limit = ARGV[1], tonumber(ARGV[2])
+redis.call('ZREM', holders, holder)
 redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
 local free = limit - redis.call('ZCARD', holders)
 if free <= 0 then return {} end
@@ -171,19 +173,26 @@ class Turns:
         return [f"{base}:holders", f"{base}:queue", f"{base}:seen", f"{base}:seq"]
 
     def ask(
-        self, run_id: str, hold_seconds: float, recheck_seconds: float, most_seconds: float
+        self,
+        run_id: str,
+        hold_seconds: float,
+        recheck_seconds: float,
+        most_seconds: float,
+        holder: str | None = None,
     ) -> tuple[int, float] | None:
         """None: the run holds a turn now (for `hold_seconds`, unless it leaves sooner; asking
         again renews it). Else how many waiters are before it and when to ask again at the
         latest (`recheck_seconds` more for each `limit` of them, at most `most_seconds`): it
-        loses its place if it has not asked again within thrice that."""
-        args = [run_id, self.limit, hold_seconds, recheck_seconds, most_seconds]
+        loses its place if it has not asked again within thrice that. `holder`: the step asking
+        (`<run>:<fence>`; default the run): a waiter keeps its place by run across steps."""
+        args = [run_id, self.limit, hold_seconds, recheck_seconds, most_seconds, holder or run_id]
         answer = _call(_ASK_TURN, self._keys(), args)
         return None if answer[0] else (int(answer[1]), float(answer[2]))
 
-    def leave(self, run_id: str) -> list[str]:
-        """Give the turn back (nothing if it held none): the waiters whose turn it is now."""
-        due: list[bytes] = _call(_LEAVE_TURN, self._keys()[:2], [run_id, self.limit])
+    def leave(self, holder: str) -> list[str]:
+        """Give the holder's turn back (nothing if it held none): the waiters (runs) whose turn
+        it is now."""
+        due: list[bytes] = _call(_LEAVE_TURN, self._keys()[:2], [holder, self.limit])
         return [item.decode() for item in due]
 
 

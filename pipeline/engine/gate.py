@@ -25,6 +25,7 @@ from pipeline.agent_definition import Agent, Message
 from pipeline.db import transaction
 from pipeline.engine.actions import ParkRun
 from pipeline.engine.flow_ledger import Pace, Turns
+from pipeline.engine.leases import Lease
 from pipeline.engine.llm import Reply, estimate_request_tokens
 from pipeline.keys import rate_wait, turn_wait
 from pipeline.logs import get_logger
@@ -67,8 +68,10 @@ class Gate:
     """One step's flow control. `admit` before each model call (raises ParkRun when the turn
     has not come), `settle` with its reply, `leave` when the step ends, whatever ended it."""
 
-    def __init__(self, run_id: uuid.UUID, agent: Agent, model: str, settings: Settings) -> None:
-        self.run_id, self.agent, self.model, self.settings = run_id, agent, model, settings
+    def __init__(self, lease: Lease, agent: Agent, model: str, settings: Settings) -> None:
+        self.run_id, self.agent, self.model, self.settings = lease.run_id, agent, model, settings
+        self.holder = f"{lease.run_id}:{lease.fence}"
+        """This step's hold: a zombie step (its lease taken over) and its successor hold apart."""
         limit = agent.max_concurrent_runs
         self.turns = Turns(f"{settings.queue}:{agent.name}", limit) if limit else None
         rate = settings.rate_limit_of(model)
@@ -77,18 +80,22 @@ class Gate:
         self._holds_turn = False
         self._charged = (0, 0)
 
-    def admit(self, messages: list[Message], room: int) -> None:
+    def admit(self, messages: list[Message] | None, room: int = 0) -> None:
+        """Before the step's reply: its turn, and unless the reply is replayed from the journal
+        (`messages` None: a step resumed after its worker was lost, which runs its tools
+        again), the rate limits' for the call."""
         try:
             if self.turns is not None and not self._holds_turn:
                 self._take_turn(self.turns)
-            if self.pace is not None:
+            if self.pace is not None and messages is not None:
                 self._keep_pace(self.pace, messages, room)
         except redis.exceptions.RedisError as exc:  # the broker is away: so is every hand-off
             log.warning("flow control unavailable (%s); calling the model without it", exc)
 
     def _take_turn(self, turns: Turns) -> None:
         hold = self.settings.step_time_limit + self.settings.lease_seconds
-        waits = turns.ask(str(self.run_id), hold, RECHECK_SECONDS, MAX_RECHECK_SECONDS)
+        waits = turns.ask(str(self.run_id), hold, RECHECK_SECONDS, MAX_RECHECK_SECONDS,
+                          self.holder)  # fmt: skip
         if waits is None:
             self._holds_turn = True
             return
@@ -133,7 +140,7 @@ class Gate:
             return
         self._holds_turn = False
         try:
-            due = self.turns.leave(str(self.run_id))
+            due = self.turns.leave(self.holder)
         except redis.exceptions.RedisError as exc:
             log.warning("flow control unavailable (%s); its holds lapse by themselves", exc)
             return

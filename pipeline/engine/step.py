@@ -222,7 +222,7 @@ class StepRunner:
                 agent = self.agent = get_agent(run.agent)
             except UnknownAgent as exc:
                 return self._unknown_agent(run, exc, leave=leave_unknown_agent)
-            self.gate = Gate(run.id, agent, self.model.name, self.settings)
+            self.gate = Gate(self.lease, agent, self.model.name, self.settings)
             try:
                 return self._run(run, agent, journal)
             finally:
@@ -346,6 +346,8 @@ class StepRunner:
         for cut in cut_offs:
             self.usage += Usage.of(cut, prices)
         if journaled is not None:
+            if self.gate is not None:  # its tools run again: in a turn
+                self.gate.admit(None)
             log.info("model reply replayed from the journal")
             instruments.MODEL_CALLS.labels(run.agent, "replayed").inc()
             self.usage += Usage.of(journaled, prices)

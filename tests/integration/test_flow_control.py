@@ -54,6 +54,18 @@ def test_turns_go_first_in_first_out(db_url: str) -> None:
     assert turns.leave("nobody") == ["e"]  # a run holding no turn gives nothing back
 
 
+def test_a_step_taken_over_keeps_its_own_turn_until_it_ends(db_url: str) -> None:
+    turns = Turns(scope(), limit=2)
+    # given a run's step holding a turn (fence 1) whose lease is taken over (fence 2)
+    assert turns.ask("a", 60, 10, 300, "a:1") is None
+    assert turns.ask("a", 60, 10, 300, "a:2") is None
+    # then both steps count: nobody else is in until one of them ends
+    assert turns.ask("b", 60, 10, 300, "b:1") == (0, 10.0)
+    # and when the zombie ends, its successor keeps its turn
+    assert turns.leave("a:1") == ["b"]
+    assert turns.ask("c", 60, 10, 300, "c:1") == (1, 10.0)
+
+
 def test_turns_of_a_dead_worker_lapse_and_silent_waiters_are_forgotten(db_url: str) -> None:
     turns = Turns(scope(), limit=1)
     assert turns.ask("dead", 0.5, 10, 300) is None  # its worker dies in the step
