@@ -66,6 +66,45 @@ def test_a_celery_only_client_gets_the_outcome_with_get(
     assert outcome_json(row) == got
 
 
+UNKNOWN_AGENT_CLIENT = textwrap.dedent(
+    """
+    import os
+    from celery import Celery
+
+    broker = os.environ["NIGHTSHIFT_BROKER_URL"]
+    app = Celery("triage-service", broker=broker, backend=broker)
+    sent = app.send_task("pipeline.start_run", args=["acme_triage", {"ticket": 7}, "acme-7"],
+                         queue=os.environ["QUEUE"])
+    try:
+        sent.get(timeout=60)
+    except Exception as exc:
+        print(f"{type(exc).__name__}: {exc}")
+    """
+)
+
+
+def test_a_celery_only_client_learns_why_no_worker_started_its_run(
+    db_url: str, processes: ProcessFactory, celery_only: Path
+) -> None:
+    # given a worker without the team's agent, which hands a start on for 2 s
+    processes("w1", env={"NIGHTSHIFT_UNKNOWN_AGENT_SECONDS": "2"})
+    # when a client with only Celery starts a run of it and waits for the run id
+    env = {"NIGHTSHIFT_BROKER_URL": os.environ["NIGHTSHIFT_BROKER_URL"],
+           "QUEUE": os.environ["NIGHTSHIFT_QUEUE"], "PATH": os.environ["PATH"]}  # fmt: skip
+    done = subprocess.run(
+        [str(celery_only), "-c", UNKNOWN_AGENT_CLIENT],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    # then its .get() raises the reason, naming the agent and the worker, and no run exists
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "UnknownAgent: no worker that took this start in 2 s (NIGHTSHIFT_UNKNOWN_AGENT_SECONDS) "
+        "has agent 'acme_triage'; the last was w1."
+    ), done.stdout
+    with transaction() as session:
+        assert session.scalar(select(Run.id).where(Run.agent == "acme_triage")) is None
+
+
 def test_a_batchs_children_leave_no_outcome_in_the_result_backend(db_url: str) -> None:
     # given a finished run a caller started and a finished night of three children
     started = start_run("bench", {"steps": 1}).run_id
