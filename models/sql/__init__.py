@@ -10,7 +10,8 @@
   park, finish, wake, cancel, the tick's takeovers, expiry); `actions.sql` the action
   protocol's rows and their audit trail; `batches.sql` batches, their join and the budget
   stops; `notifications.sql` completion webhooks and alerts (owed, dispatched, delivered);
-  `outages.sql` the model provider's outages; `testing.sql` what only pipeline.testing
+  `outages.sql` the model provider's outages; `retention.sql` a finished run's compaction and
+  deletion; `testing.sql` what only pipeline.testing
   runs, on a database a test owns (its clock). `pipeline/statements.py` runs them, and
   nothing else writes those tables.
 
@@ -27,7 +28,7 @@ from sqlalchemy.engine import Connection
 SCHEMA_FILE = "schema.sql"
 STATEMENT_FILES = (
     "step.sql", "runs.sql", "actions.sql", "batches.sql", "notifications.sql", "outages.sql",
-    "testing.sql",
+    "retention.sql", "testing.sql",
 )  # fmt: skip
 _NAME = "-- name: "
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, literal, select
+from sqlalchemy import and_, exists, select
 from sqlalchemy.orm import Session, aliased
 
-from models import Action, Alert, Batch, Notification, Run, RunEvent, RunStatus
+import pipeline.statements as statements
+from models import Action, Run, RunStatus
 from pipeline.runs.redaction import OPEN_OBLIGATIONS
 
 
@@ -60,26 +61,7 @@ def delete_run_txn(session: Session, run_id: uuid.UUID, cutoff: datetime) -> boo
     ).one_or_none()
     if locked is None:
         return False
-    # run_events, notifications and alerts have no foreign key to runs (see models/run_event.py);
-    # the journal, actions, their audit, artifacts and takeovers go by ON DELETE CASCADE,
-    # schedule fires and events keep their de-duplication rows with run_id NULL.
-    session.execute(delete(RunEvent).where(RunEvent.run_id == run_id))
-    session.execute(delete(Notification).where(Notification.run_id == run_id))
-    session.execute(delete(Alert).where(Alert.subject == f"run:{run_id}"))
-    session.execute(delete(Run).where(Run.id == run_id))
+    statements.execute(session, "delete_run", run_id=run_id)  # and what goes with it
     if locked.batch_id is not None:
-        _delete_batch_if_empty_txn(session, locked.batch_id)
+        statements.execute(session, "delete_batch_if_empty", batch_id=locked.batch_id)
     return True
-
-
-def _delete_batch_if_empty_txn(session: Session, batch_id: str) -> None:
-    gone = session.execute(
-        delete(Batch)
-        .where(Batch.id == batch_id, ~exists().where(Run.batch_id == Batch.id))
-        .returning(literal(1))
-    ).first()
-    if gone is None:
-        return
-    session.execute(delete(RunEvent).where(RunEvent.batch_id == batch_id))
-    session.execute(delete(Notification).where(Notification.batch_id == batch_id))
-    session.execute(delete(Alert).where(Alert.subject == f"batch:{batch_id}"))

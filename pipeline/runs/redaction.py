@@ -15,21 +15,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import Boolean, and_, case, delete, func, literal, not_, select, update
+from sqlalchemy import Boolean, and_, not_, select
 from sqlalchemy.orm import Session
 
-from models import (
-    Action,
-    ActionAudit,
-    ActionState,
-    Artifact,
-    ExternalEvent,
-    JournalEntry,
-    Notification,
-    Run,
-    RunEvent,
-)
-from models.base import JsonB
+import pipeline.statements as statements
+from models import Action, ActionState, JournalEntry
 from pipeline.runs.summaries import outline
 
 OPEN_OBLIGATIONS = (
@@ -62,43 +52,22 @@ def outlined() -> Any:
 
 
 def compact_run_txn(session: Session, run_id: uuid.UUID) -> None:
-    """Redact one run's record (the caller holds the run's row lock)."""
-    _redact_run_txn(session, run_id)
+    """Redact one run's record (the caller holds the run's row lock): models/sql/retention.sql."""
+    values = _values()
+    statements.execute(session, "redact_run", run_id=run_id, **values)
     _outline_journal_txn(session, run_id)
-    _redact_actions_txn(session, run_id)
-    session.execute(
-        update(ExternalEvent).where(ExternalEvent.run_id == run_id).values(payload=REDACTED)
-    )
-    # The progress feed and the delivered (or abandoned) notifications served people while
-    # the run was live; the outlines and the run row are its record now.
-    session.execute(delete(RunEvent).where(RunEvent.run_id == run_id))
-    session.execute(
-        delete(Notification).where(
-            Notification.run_id == run_id, ~Notification.state.in_(OWED_NOTIFICATIONS)
-        )
-    )
+    statements.execute(session, "redact_actions", run_id=run_id, **values)
+    statements.execute(session, "redact_run_events", run_id=run_id, **values)
 
 
-def _redact_run_txn(session: Session, run_id: uuid.UUID) -> None:
-    owed = (
-        select(Notification.id)
-        .where(Notification.run_id == run_id, Notification.state.in_(OWED_NOTIFICATIONS))
-        .exists()
-    )
-    session.execute(
-        update(Run)
-        .where(Run.id == run_id)
-        .values(
-            input=REDACTED,
-            state=REDACTED,
-            result=_redacted_json(Run.result),
-            error=_redacted_text(Run.error),
-            # An owed notification is still sent to the URL; a settled one needs it no more.
-            notify_url=case((owed, Run.notify_url), else_=None),
-            compacted_at=func.coalesce(Run.compacted_at, func.now()),
-        )
-        .execution_options(synchronize_session=False)
-    )
+def _values() -> dict[str, Any]:
+    """What the retention statements redact with, and which states they spare."""
+    return {
+        "redacted": statements.jsonb(REDACTED),
+        "redacted_text": REDACTED_TEXT,
+        "open": [state.value for state in OPEN_OBLIGATIONS],
+        "owed": [state.value for state in OWED_NOTIFICATIONS],
+    }
 
 
 def _outline_journal_txn(session: Session, run_id: uuid.UUID) -> None:
@@ -108,15 +77,12 @@ def _outline_journal_txn(session: Session, run_id: uuid.UUID) -> None:
         .where(~outlined())
     ).all()
     if entries:
-        session.execute(
-            update(JournalEntry),
-            [
-                {
-                    "id": e.id,
-                    "payload": compacted_payload(e.key, e.step_name, e.payload),
-                    "compacted": True,
-                }
-                for e in entries
+        statements.execute(
+            session,
+            "outline_journal",
+            ids=[e.id for e in entries],
+            payloads=[
+                statements.jsonb(compacted_payload(e.key, e.step_name, e.payload)) for e in entries
             ],
         )
 
@@ -126,41 +92,7 @@ def compacted_payload(key: str, step_name: str, payload: dict[str, Any]) -> dict
     return {"compacted": True, "outline": True, "summary": outline(key, step_name, payload)}
 
 
-def _redact_actions_txn(session: Session, run_id: uuid.UUID) -> None:
-    redacted = session.scalars(
-        update(Action)
-        .where(Action.run_id == run_id, unredacted_action())
-        .values(
-            args=REDACTED,
-            result=_redacted_json(Action.result),
-            error=_redacted_text(Action.error),
-            note=_redacted_text(Action.note),
-        )
-        .returning(Action.idempotency_key)
-        .execution_options(synchronize_session=False)
-    ).all()
-    if redacted:
-        session.execute(
-            update(ActionAudit)
-            .where(ActionAudit.action_key.in_(redacted))
-            .values(note=_redacted_text(ActionAudit.note))
-        )
-
-
-def _redacted_json(column: Any) -> Any:
-    """REDACTED where the column holds something; NULL stays NULL (nothing was there)."""
-    return case((column.is_(None), None), else_=literal(REDACTED, JsonB))
-
-
-def _redacted_text(column: Any) -> Any:
-    return case((column.is_(None), None), else_=REDACTED_TEXT)
-
-
 def delete_artifacts_txn(session: Session, run_id: uuid.UUID) -> None:
     """Delete a run's artifact contents, in the compaction's transaction; the rows stay, with
     `deleted_at`, as the record of what existed (name, size, hash)."""
-    session.execute(
-        update(Artifact)
-        .where(Artifact.run_id == run_id, Artifact.deleted_at.is_(None))
-        .values(content=None, deleted_at=func.now())
-    )
+    statements.execute(session, "delete_artifact_contents", run_id=run_id)

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+import pipeline.statements as statements
 from models import Action as ActionRow
 from models import ActionState, Artifact, Batch, BatchStatus, JournalEntry, Run, RunStatus
 from pipeline.agent_definition import Agent, Message
@@ -90,10 +91,13 @@ def start_synthesis(
     if isinstance(deadline, timedelta):
         deadline = datetime.now(UTC) + deadline
     with transaction() as session:
-        row = Batch(id=batch, name=agent_name, params={"synthesis_agent": agent_name},
-                    deadline=deadline)  # fmt: skip
-        session.add(row)
-        session.flush()
+        statements.execute(
+            session, "create_batch", batch_id=batch, name=agent_name,
+            params=statements.jsonb({"synthesis_agent": agent_name}), token_cap=None,
+            cost_cap_usd=None, tool_call_cap=None, deadline=deadline, notify_url=None,
+        )  # fmt: skip
+        row = session.get(Batch, batch)
+        assert row is not None
         return start_synthesis_txn(session, row, run_input, BatchStatus.SYNTHESIZING).run_id
 
 
