@@ -28,8 +28,9 @@ from pipeline.rate_limits import RateLimit
 
 PREFIX = "nightshift:flow"
 BURST_SECONDS = 6.0
-"""How far ahead of now the pace may run: a tenth of a minute's worth at once. A provider's own
-bucket holds a minute's worth, so what the estimates miss fits in the rest."""
+"""How far ahead of now the pace may run: a tenth of a minute's worth at once (one larger call:
+its own cost, up to 54 s worth, once the calls before it are paid). A provider's own bucket
+holds a minute's worth, so what the estimates miss fits in the rest."""
 
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1e6\n"
 
@@ -101,8 +102,12 @@ for i = 1, 3 do
   if per_minute > 0 then
     local tat = tonumber(redis.call('HGET', cells, i) or '0')
     if tat < now then tat = now end
-    tats[i] = tat + math.min(cost, per_minute) * 60 / per_minute
-    if tats[i] - burst > allow then allow = tats[i] - burst end
+    local seconds = math.min(cost, per_minute) * 60 / per_minute
+    tats[i] = tat + seconds
+    -- One call larger than the burst goes once what came before is paid (up to what the
+    -- provider's minute holds besides a burst), instead of waiting for its own cost.
+    local ahead = math.max(burst, math.min(seconds, 60 - burst))
+    if tats[i] - ahead > allow then allow = tats[i] - ahead end
   end
 end
 for i, tat in pairs(tats) do redis.call('HSET', cells, i, tostring(tat)) end

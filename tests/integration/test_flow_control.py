@@ -92,6 +92,16 @@ def test_the_pace_reserves_a_time_for_each_call_past_the_limit(db_url: str) -> N
     assert pace.ask("late1", 100, 10) == 0.0
 
 
+def test_one_large_call_goes_once_the_calls_before_it_are_paid(db_url: str) -> None:
+    pace = Pace(scope(), RateLimit(input_tokens_per_minute=6000))  # 100 tokens a second
+    # given an idle ledger, a call of 30 s worth (a synthesis's long prompt) goes at once
+    assert pace.ask("big", 3000, 0) == 0.0
+    # then the next waits for it to be paid, less a burst
+    assert pace.ask("small", 100, 0) == pytest.approx(30 + 1 - BURST_SECONDS, abs=0.1)
+    # and another large one goes once everything before it is paid, not its own 30 s later
+    assert pace.ask("big2", 3000, 0) == pytest.approx(31.0, abs=0.1)
+
+
 def test_the_pace_settles_a_calls_real_usage(db_url: str) -> None:
     pace = Pace(scope(), RateLimit(input_tokens_per_minute=6000))  # 100 tokens a second
     assert pace.ask("a", 600, 0) == 0.0  # the burst: 6 s worth
