@@ -24,7 +24,7 @@ from pipeline.chaos.plan import plan_faults, schedule_hash
 pytestmark = pytest.mark.chaos
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = 22  # its plan has a model outage (529, 30 s) early enough that runs must wait it out
+SEED = 2  # its plan: a 28 s model outage (529) at +52 s, a PostgreSQL and two Redis failovers
 DURATION = 150
 RATE = 16  # 40 faults: fewer than the default, every kind at least once
 HOSTS = 3
