@@ -128,17 +128,28 @@ END $$;
 -- at all (the tick also hands on runs that merely lost their message: those keep their
 -- values). `lapsed_at` and `lease_seconds`: when the attempt's lease expired and a lease's
 -- length, when it may have failed by its lease lapsing (NULL otherwise): a lapse that
--- PostgreSQL's restart explains (it expired before the server had been up for two leases) is
+-- PostgreSQL's restart or failover explains (it expired before the server had been up, or the
+-- primary, for two leases: nightshift_server_since) is
 -- recorded with database_restarted and not counted. `error` and `counted`: a database error's
 -- line and whether it counts (database_error only: an outage is the server's failure, not the
 -- run's; it never makes the run a suspect, its process did not die).
+-- Since when this server has been the primary: its start, or, on a promoted standby, about
+-- its promotion (the last commit it replayed as a standby: during a night the old primary
+-- commits until it dies, so that is moments before the promotion). A promotion does not move
+-- pg_postmaster_start_time(), and a failover's lapses are the server's, like a restart's.
+-- GREATEST skips the NULL of a server that never replayed anything.
+CREATE OR REPLACE FUNCTION nightshift_server_since() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT greatest(pg_postmaster_start_time(), pg_last_xact_replay_timestamp())
+$$;
+
 CREATE OR REPLACE FUNCTION nightshift_failed_attempt(
     run runs, kind text, failed boolean, lapsed_at timestamptz, lease_seconds float8,
     error text, counted boolean,
     OUT failed_attempts integer, OUT failures jsonb, OUT failed_step integer)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    restarted boolean := coalesce(lapsed_at < now() AND lapsed_at < pg_postmaster_start_time()
+    restarted boolean := coalesce(lapsed_at < now() AND lapsed_at < nightshift_server_since()
                                   + make_interval(secs => 2 * lease_seconds), false);
     -- The first failure of a step counts whatever its cause: the run becomes a suspect.
     first_failure boolean := run.failed_step IS DISTINCT FROM run.step
