@@ -32,7 +32,7 @@ from pipeline.agents.services import (
     EMAIL,
     GITHOST,
     email_effect,
-    find_open_pull,
+    find_pull_of_action,
     open_pull_request,
     send_email,
 )
@@ -181,13 +181,13 @@ UNGUARDED = Agent(
     side_effect=SideEffect(
         service="githost",
         key=lambda args, context: f"{args['repo']}:{args['branch']}",
-        lookup=find_open_pull,
+        lookup=find_pull_of_action,
     ),
     needs=(GITHOST,),
     requires_approval=True,
 )
 def open_pull(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    return open_pull_request(context, args["repo"], args["branch"], "A fix", "For review.")
+    return open_pull_request(context, args["repo"], args["branch"], "main", "A fix", "For review.")
 
 
 def _asks_for_approval(conversation: Conversation) -> list[dict[str, Any]]:

@@ -105,6 +105,8 @@ class Repository:
         self.url = config.url_template.replace("{repo}", repo)
         self.root = config.workdir / repo.replace("/", "__")
         self.copy = self.root / "repo.git"
+        self.default_branch = "main"
+        """The remote's default branch (what a pull request merges into), as fetch found it."""
 
     # -- the local copy --------------------------------------------------------------------
 
@@ -159,8 +161,9 @@ class Repository:
         self._git("fetch", "--quiet", "--prune", "origin", "+refs/heads/*:refs/remotes/origin/*")
         head = self._git("ls-remote", "--symref", "origin", "HEAD")
         match = re.search(r"^ref: refs/heads/(\S+)\s+HEAD", head, re.MULTILINE)
-        default = match.group(1) if match else "main"
-        return self._git("rev-parse", "--verify", f"refs/remotes/origin/{default}^{{commit}}")
+        self.default_branch = match.group(1) if match else "main"
+        ref = f"refs/remotes/origin/{self.default_branch}^{{commit}}"
+        return self._git("rev-parse", "--verify", ref)
 
     def read(self, base: str, path: str) -> str:
         check_sha(base)

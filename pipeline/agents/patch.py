@@ -27,7 +27,7 @@ from pipeline import (
     tool_use,
 )
 from pipeline.agents import gitwork
-from pipeline.agents.services import GITHOST, find_open_pull, open_pull_request
+from pipeline.agents.services import GITHOST, find_pull_of_action, open_pull_request
 
 REVIEWER = "reviewer@example.com"
 """Who approves pull requests unless NIGHTSHIFT_APPROVERS_OPEN_FIX_PULL_REQUEST names others."""
@@ -188,9 +188,10 @@ def _check_pull_request(args: dict[str, Any], context: ToolContext) -> None:
         "required": ["repo", "branch", "title", "body", "base", "patch"],
         "additionalProperties": False,
     },
-    # The git host refuses a second open pull request for a branch and can be asked for it.
+    # The git host refuses a second open pull request for a branch (GitHub's 422) and can be
+    # asked for the one of a branch.
     side_effect=SideEffect(
-        service="githost", key=_pr_key, lookup=find_open_pull, check=_check_pull_request
+        service="githost", key=_pr_key, lookup=find_pull_of_action, check=_check_pull_request
     ),
     needs=(GITHOST, GIT_URL),
     requires_approval=True,
@@ -207,7 +208,10 @@ def open_fix_pull_request(args: dict[str, Any], context: ToolContext) -> dict[st
         repository.apply_patch(tree, args["patch"])
         commit = repository.commit(tree, args["base"], f"{args['title']}\n\n{args['body']}\n")
         repository.push(commit, args["branch"])
-    pull = open_pull_request(context, args["repo"], args["branch"], args["title"], args["body"])
+    into = repository.default_branch
+    pull = open_pull_request(
+        context, args["repo"], args["branch"], into, args["title"], args["body"]
+    )
     return {**pull, "commit": commit}
 
 

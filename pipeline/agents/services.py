@@ -123,28 +123,78 @@ def email_effect(
     )
 
 
+def _githost(context: ToolContext, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """One call of the git host's REST API (GitHub's, which Gitea and Forgejo also serve), with
+    NIGHTSHIFT_GITHOST_TOKEN as a bearer token when set (in the header only: never in a URL,
+    so never in an error or a log line)."""
+    headers = {"Accept": "application/vnd.github+json", **kwargs.pop("headers", {})}
+    token = context.settings.githost_token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    url = f"{service_url(context, GITHOST)}{path}"
+    return http_deadline.request(method, url, SECONDS, headers=headers, **kwargs)
+
+
+def _pull(pull: dict[str, Any]) -> dict[str, Any]:
+    """What the run keeps of a pull request the host returned: its number, state, page, branch."""
+    return {
+        "number": pull["number"],
+        "state": pull["state"],
+        "url": pull.get("html_url") or pull.get("url"),
+        "branch": pull["head"]["ref"],
+        "title": pull.get("title"),
+    }
+
+
+def _already_exists(response: httpx.Response) -> bool:
+    """GitHub's (and Forgejo's) 422 Validation Failed "A pull request already exists for
+    owner:branch." for a branch that has an open pull request."""
+    if response.status_code != 422:
+        return False
+    try:
+        answer = response.json()
+    except ValueError:
+        return False
+    errors = answer.get("errors") if isinstance(answer, dict) else None
+    texts = [str(answer.get("message", ""))] if isinstance(answer, dict) else []
+    texts += [str(e.get("message", "")) for e in errors or () if isinstance(e, dict)]
+    return any("pull request already exists" in t.lower() for t in texts)
+
+
 def open_pull_request(
-    context: ToolContext, repo: str, branch: str, title: str, body: str
+    context: ToolContext, repo: str, branch: str, base: str, title: str, body: str
 ) -> dict[str, Any]:
-    """Open a pull request; one already open for the branch is the result, not an error."""
-    base = service_url(context, GITHOST)
-    pull = {"branch": branch, "title": title, "body": body}
-    response = _send(context, "POST", f"{base}/repos/{repo}/pulls", pull)
-    if response.status_code == 409 and "pull" in response.json():
-        return {**response.json()["pull"], "already_open": True}
-    return _json(response)
+    """Open a pull request of `branch` into `base` (`POST /repos/{owner}/{repo}/pulls`); one
+    already open for the branch (the host's 422) is the result, not an error."""
+    pull = {"title": title, "head": branch, "base": base, "body": body}
+    headers = _key_header(context)
+    response = _githost(context, "POST", f"/repos/{repo}/pulls", json=pull, headers=headers)
+    if _already_exists(response):
+        existing = find_pull(context, repo, branch, state="open")
+        if existing is not None:
+            return {**existing, "already_open": True}
+    return _pull(_json(response))
 
 
-def find_open_pull(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
-    """The open pull request for the action's repo and branch (the git host's own key)."""
-    repo, branch = args["repo"], args["branch"]
-    base = service_url(context, GITHOST)
-    pulls_of = f"{base}/repos/{repo}/pulls"
-    query = {"branch": branch, "state": "open"}
-    response = http_deadline.request("GET", pulls_of, SECONDS, params=query)
+def find_pull(
+    context: ToolContext, repo: str, branch: str, *, state: str = "all"
+) -> dict[str, Any] | None:
+    """The newest pull request of `branch` in `repo`, None if there is none. The host is asked
+    by head (`?head=owner:branch`, GitHub's filter) and its answer checked by head as well:
+    Gitea's and Forgejo's list does not filter by head."""
+    owner = repo.split("/", 1)[0]
+    query = {"head": f"{owner}:{branch}", "state": state, "sort": "created",
+             "direction": "desc", "per_page": "100"}  # fmt: skip
+    response = _githost(context, "GET", f"/repos/{repo}/pulls", params=query)
     response.raise_for_status()
-    pulls = response.json()
-    return dict(pulls[0]) if pulls else None
+    pulls = [p for p in response.json() if p.get("head", {}).get("ref") == branch]
+    return _pull(pulls[0]) if pulls else None
+
+
+def find_pull_of_action(key: str, args: Any, context: ToolContext) -> dict[str, Any] | None:
+    """The lookup of a pull request's side effect: the one of the action's repo and branch,
+    open or closed (the host's own key is the branch, not our idempotency key)."""
+    return find_pull(context, args["repo"], args["branch"])
 
 
 def read_prices(context: ToolContext, skus: list[str]) -> dict[str, dict[str, Any]]:

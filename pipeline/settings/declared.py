@@ -183,8 +183,13 @@ class Declared:
     )
     githost_url: str | None = setting(
         "NIGHTSHIFT_GITHOST_URL", None, "the git host Patch reads issues from and opens pull "
-        "requests on",
+        "requests on, through GitHub's REST API (GitHub: `https://api.github.com`; Gitea and "
+        "Forgejo: `https://host/api/v1`)",
         parse=o.text,
+    )
+    githost_token: str | None = setting(
+        "NIGHTSHIFT_GITHOST_TOKEN", None, parse=o.text, secret=True,
+        help="the git host's token, sent as `Authorization: Bearer`; unset: no header",
     )
     email_mode: str = setting(
         "NIGHTSHIFT_EMAIL_MODE", "keys",

@@ -1,7 +1,8 @@
 """Patch on real workers against a real repository (a bare repository standing in for the
 remote, with a seeded bug and a failing test): it pushes nothing before the approval, then one
 commit whose tests pass and one pull request, even with two runs of one issue racing; with the
-real SDK the change pushed is the model's own."""
+real SDK the change pushed is the model's own. The git host speaks GitHub's REST API and wants
+a token; a pull request already open for the branch is its 422, which Patch takes as done."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import select
 
@@ -32,6 +34,7 @@ BUG = {"issue": 42, "repo": DEMO_REPO, "title": "totals are not rounded"}
 BRANCH = "patch/issue-42"
 PR_KEY = f"patch:{DEMO_REPO}:{BRANCH}"
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value}
+TOKEN = "githost-token-not-secret"
 
 
 @dataclass
@@ -58,8 +61,11 @@ class GitHost:
 def githost(
     db_url: str, git_remotes: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[GitHost]:
-    api = GitHostSandbox(log_path=tmp_path / "githost.jsonl", git_root=git_remotes).start()
+    api = GitHostSandbox(
+        log_path=tmp_path / "githost.jsonl", git_root=git_remotes, token=TOKEN
+    ).start()
     monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", api.url)
+    monkeypatch.setenv("NIGHTSHIFT_GITHOST_TOKEN", TOKEN)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the scripted model, unless told
     get_settings.cache_clear()
     yield GitHost(api, git_remotes)
@@ -83,6 +89,14 @@ def pull_args() -> dict[str, Any]:
         action = session.scalar(select(Action).where(Action.idempotency_key == PR_KEY))
         assert action is not None
         return dict(action.args)
+
+
+def run_approved() -> tuple[Any, Any]:
+    """Patch's run for BUG, its pull request approved once it waits; its id and final row."""
+    run_id = start_run("patch", BUG).run_id
+    wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
+    decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
+    return run_id, wait_for_status(run_id, DONE, timeout=60)
 
 
 def test_patch_fixes_the_seeded_bug_and_pushes_only_after_the_approval(
@@ -114,6 +128,9 @@ def test_patch_fixes_the_seeded_bug_and_pushes_only_after_the_approval(
     assert githost.pushed() and githost.tests_pass_on(BRANCH, tmp_path)
     assert [p["branch"] for p in githost.opened()] == [BRANCH]
     assert journaled(run_id, "open_fix_pull_request")["number"] == 1
+    [pull] = githost.api.pulls(DEMO_REPO)
+    assert (pull["head"]["ref"], pull["base"]["ref"]) == (BRANCH, "main")
+    assert pull["title"] == "Fix #42: totals are not rounded"
 
 
 def test_two_runs_of_one_issue_on_two_workers_open_one_pull_request(
@@ -169,10 +186,7 @@ def test_with_the_real_sdk_the_change_pushed_is_the_models_own(
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key-not-secret")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", model.url)
         processes("w1")
-        run_id = start_run("patch", BUG).run_id
-        wait_for_status(run_id, {RunStatus.WAITING.value}, timeout=60)
-        decide(PR_KEY, Decision.APPROVE, REVIEWER_ACTOR)
-        row = wait_for_status(run_id, DONE, timeout=60)
+        _, row = run_approved()
 
     assert row.status == RunStatus.SUCCEEDED, row.error
     bare = remote_path(githost.remotes, DEMO_REPO)
@@ -181,3 +195,35 @@ def test_with_the_real_sdk_the_change_pushed_is_the_models_own(
     assert "return round(total, 2)  # cents" in pushed and "total = price * quantity" in pushed
     assert githost.tests_pass_on(BRANCH, tmp_path)
     wait_for(lambda: len(githost.opened()) == 1, timeout=5, what="one pull request")
+
+
+def test_a_pull_request_already_open_for_the_branch_is_the_hosts_422_and_the_run_succeeds(
+    db_url: str,
+    git_remotes: Path,
+    processes: ProcessFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given a host (no git behind it: any branch may be opened) where a person already opened a
+    # pull request from the issue's branch
+    with GitHostSandbox(log_path=tmp_path / "githost.jsonl", token=TOKEN) as api:
+        monkeypatch.setenv("NIGHTSHIFT_GITHOST_URL", api.url)
+        monkeypatch.setenv("NIGHTSHIFT_GITHOST_TOKEN", TOKEN)
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        get_settings.cache_clear()
+        by_hand = {"title": "WIP", "head": f"acme:{BRANCH}", "base": "main"}
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        opened = httpx.post(f"{api.url}/repos/{DEMO_REPO}/pulls", json=by_hand, headers=auth)
+        assert opened.status_code == 201
+        processes("w1")
+
+        # when Patch's approved pull request is sent
+        run_id, row = run_approved()
+
+        # then the host refused a second one (422), Patch took the open one as its result, and
+        # the run succeeded with one pull request on the host
+        assert row.status == RunStatus.SUCCEEDED, row.error
+        result = journaled(run_id, "open_fix_pull_request")
+        assert (result["number"], result["already_open"]) == (1, True)
+        assert [p["number"] for p in api.pulls(DEMO_REPO)] == [1]
+        assert [e["action"] for e in api.log.entries()] == ["opened"]

@@ -91,10 +91,12 @@ def test_opening_the_pull_request_pushes_one_deterministic_commit(
 ) -> None:
     # given a tested change, and a git host that records what it is asked to open
     proposed = call(patch.propose_fix, {"edits": [FIX]}, tmp_path)
-    opened: list[tuple[str, str]] = []
+    opened: list[tuple[str, str, str]] = []
 
-    def open_pull(context: ToolContext, repo: str, branch: str, title: str, body: str) -> Any:
-        opened.append((repo, branch))
+    def open_pull(
+        context: ToolContext, repo: str, branch: str, into: str, title: str, body: str
+    ) -> Any:
+        opened.append((repo, branch, into))
         return {"number": len(opened), "branch": branch}
 
     monkeypatch.setattr(patch, "open_pull_request", open_pull)
@@ -116,7 +118,8 @@ def test_opening_the_pull_request_pushes_one_deterministic_commit(
     git("clone", "--quiet", "--branch", "patch/issue-42", str(bare), str(checkout), cwd=tmp_path)
     tests = subprocess.run(["python", "-m", "unittest"], cwd=checkout, capture_output=True)
     assert tests.returncode == 0, tests.stderr
-    assert opened == [(DEMO_REPO, "patch/issue-42")] * 2
+    # and the pull request goes into the remote's default branch
+    assert opened == [(DEMO_REPO, "patch/issue-42", "main")] * 2
 
 
 @pytest.mark.parametrize(

@@ -187,7 +187,7 @@ def test_pricing_applies_a_keyed_change_once(tmp_path: Path) -> None:
 
 
 def test_githost_two_racing_creates_open_one_pull_request(tmp_path: Path) -> None:
-    pr = {"branch": "fix/flaky-deploy", "title": "Fix the flaky deploy", "body": "..."}
+    pr = {"title": "Fix the flaky deploy", "head": "fix/flaky-deploy", "base": "main", "body": ""}
     start = threading.Barrier(2)
     replies: list[httpx.Response] = []
 
@@ -204,31 +204,53 @@ def test_githost_two_racing_creates_open_one_pull_request(tmp_path: Path) -> Non
         for racer in racers:
             racer.join()
         with client(githost.url) as http:
-            open_prs = http.get(
-                "/repos/acme/api/pulls", params={"branch": pr["branch"], "state": "open"}
-            ).json()
+            query = {"head": "acme:fix/flaky-deploy", "state": "open"}
+            open_prs = http.get("/repos/acme/api/pulls", params=query).json()
+            other = http.get("/repos/acme/api/pulls", params={"head": "acme:other"}).json()
 
+    # then one is opened and the other refused as GitHub refuses it
     created, refused = sorted(replies, key=lambda r: r.status_code)
-    assert (created.status_code, refused.status_code) == (201, 409)
+    assert (created.status_code, refused.status_code) == (201, 422)
     assert created.json()["state"] == "open" and created.json()["number"] == 1
-    assert refused.json()["error"] == "a pull request for branch fix/flaky-deploy is already open"
-    assert refused.json()["pull"] == created.json()
-    assert open_prs == [created.json()]
+    assert created.json()["head"]["ref"] == "fix/flaky-deploy"
+    assert created.json()["base"]["ref"] == "main"
+    assert refused.json()["message"] == "Validation Failed"
+    assert refused.json()["errors"][0]["message"] == (
+        "A pull request already exists for acme:fix/flaky-deploy."
+    )
+    assert open_prs == [created.json()] and other == []
     assert [e["action"] for e in read_log(tmp_path / "githost.jsonl")] == ["opened"]
 
 
 def test_githost_allows_a_new_pull_request_once_the_old_one_is_closed(tmp_path: Path) -> None:
-    pr = {"branch": "b", "title": "t"}
+    pr = {"title": "t", "head": "o:b", "base": "main"}
     with GitHostSandbox(log_path=tmp_path / "g.jsonl") as githost, client(githost.url) as http:
         http.post("/repos/o/r/pulls", json=pr).raise_for_status()
         closed = http.patch("/repos/o/r/pulls/1", json={"state": "closed"}).json()
         second = http.post("/repos/o/r/pulls", json=pr)
         reopen = http.patch("/repos/o/r/pulls/1", json={"state": "open"})
+        every = http.get("/repos/o/r/pulls", params={"head": "o:b", "state": "all"}).json()
 
     assert closed["state"] == "closed"
     assert second.status_code == 201 and second.json()["number"] == 2
-    assert reopen.status_code == 409
+    assert reopen.status_code == 422
+    assert [p["number"] for p in every] == [2, 1]  # newest first, as GitHub lists them
     assert [e["action"] for e in githost.log.entries()] == ["opened", "closed", "opened"]
+
+
+def test_githost_with_a_token_answers_only_calls_that_carry_it(tmp_path: Path) -> None:
+    pr = {"title": "t", "head": "b", "base": "main"}
+    githost = GitHostSandbox(log_path=tmp_path / "g.jsonl", token="s3cret")
+    with githost, client(githost.url) as http:
+        anonymous = http.post("/repos/o/r/pulls", json=pr)
+        wrong = http.get("/repos/o/r/pulls", headers={"Authorization": "Bearer nope"})
+        bearer = http.post("/repos/o/r/pulls", json=pr, headers={"Authorization": "Bearer s3cret"})
+        gitea = http.get("/repos/o/r/pulls", headers={"Authorization": "token s3cret"})
+
+    assert (anonymous.status_code, wrong.status_code) == (401, 401)
+    assert anonymous.json()["message"] == "Bad credentials"
+    assert bearer.status_code == 201 and [p["number"] for p in gitea.json()] == [1]
+    assert [e["action"] for e in githost.log.entries()] == ["opened"]
 
 
 # -- web ---------------------------------------------------------------------------------------
@@ -459,7 +481,7 @@ def test_sandbox_process_serves_until_sigterm(tmp_path: Path) -> None:
             time.sleep(0.05)
         urls = json.loads((tmp_path / "sandbox.json").read_text())
         with client(urls["githost"]) as http:
-            pull = {"branch": "main", "title": "t"}  # the seeded repository's branch
+            pull = {"title": "t", "head": "main", "base": "main"}  # the seeded repository's
             http.post("/repos/acme/shop/pulls", json=pull).raise_for_status()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
