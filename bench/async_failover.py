@@ -26,9 +26,10 @@ from pathlib import Path
 import output
 import psutil
 import scratch
+from commit_probe import CommitProbe
 from sqlalchemy import text
 
-from pipeline.chaos.postgres_pair import CommitProbe, PostgresPair
+from pipeline.chaos.postgres_pair import PostgresPair
 from pipeline.db import dispose_all, transaction
 from pipeline.migrate import upgrade
 from pipeline.processes.celery_process import wait_for

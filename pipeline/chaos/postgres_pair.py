@@ -2,7 +2,7 @@
 failover stops the primary like a crash (`pg_ctl -m immediate`) and promotes the standby
 (`pg_ctl promote`); a rebuild makes the dead primary's place a standby of the new primary
 (`pg_basebackup`), for the next failover. The chaos harness's `failover` fault and the failover
-tests use it (and `CommitProbe`, which counts what a failover forgets); it runs the
+tests use it (bench/commit_probe.py counts what a failover forgets); it runs the
 embedded server's binaries, as its system user when we are root.
 
 Synchronous (`synchronous_standby_names = '*'`, `synchronous_commit` on): a commit returns only
@@ -19,7 +19,6 @@ import os
 import pwd
 import shutil
 import signal
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from pipeline.embedded import HOST, ensure_server
 from pipeline.embedded.ports import locked, stored_ports
 from pipeline.embedded.postgres_server import PostgresServer
 from pipeline.embedded.server import START_TIMEOUT, alive, wait_until
-from pipeline.settings import postgres_urls
 
 
 class Node(PostgresServer):
@@ -204,41 +202,3 @@ class PostgresPair:
         with node.connect() as connection:
             connection.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
             connection.execute("SELECT pg_reload_conf()")
-
-
-class CommitProbe:
-    """Commits numbered rows one after the other on its own connection (reconnecting through
-    the failover) and remembers which commits PostgreSQL acknowledged."""
-
-    def __init__(self, url: str) -> None:
-        self.conninfo = postgres_urls.conninfo(url)
-        self.acknowledged: list[tuple[int, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        with psycopg.connect(self.conninfo, autocommit=True) as connection:
-            connection.execute("CREATE TABLE commit_probe (n integer PRIMARY KEY)")
-
-    def __enter__(self) -> CommitProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=2) as conn:
-                    while not self._stop.is_set():
-                        n += 1
-                        conn.execute("INSERT INTO commit_probe VALUES (%s)", (n,))
-                        self.acknowledged.append((n, time.monotonic()))
-                        time.sleep(0.02)
-            except psycopg.Error:
-                time.sleep(0.05)
-
-    def kept(self) -> set[int]:
-        with psycopg.connect(self.conninfo) as connection:
-            return {n for (n,) in connection.execute("SELECT n FROM commit_probe")}

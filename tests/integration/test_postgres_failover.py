@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from bench.commit_probe import CommitProbe
 from models import RunStatus
-from pipeline.chaos.postgres_pair import CommitProbe, PostgresPair
+from pipeline.chaos.postgres_pair import PostgresPair
 from pipeline.db import dispose_all, transaction
 from pipeline.migrate import upgrade
 from pipeline.runs.start import start_run
