@@ -147,9 +147,10 @@ def _pull(pull: dict[str, Any]) -> dict[str, Any]:
 
 
 def _already_exists(response: httpx.Response) -> bool:
-    """GitHub's (and Forgejo's) 422 Validation Failed "A pull request already exists for
-    owner:branch." for a branch that has an open pull request."""
-    if response.status_code != 422:
+    """The host's answer that the branch has an open pull request: GitHub's 422 Validation
+    Failed "A pull request already exists for owner:branch.", Gitea's and Forgejo's 409 "pull
+    request already exists for these targets [...]"."""
+    if response.status_code not in (409, 422):
         return False
     try:
         answer = response.json()
@@ -165,7 +166,7 @@ def open_pull_request(
     context: ToolContext, repo: str, branch: str, base: str, title: str, body: str
 ) -> dict[str, Any]:
     """Open a pull request of `branch` into `base` (`POST /repos/{owner}/{repo}/pulls`); one
-    already open for the branch (the host's 422) is the result, not an error."""
+    already open for the branch (GitHub's 422, Gitea's 409) is the result, not an error."""
     pull = {"title": title, "head": branch, "base": base, "body": body}
     headers = _key_header(context)
     response = _githost(context, "POST", f"/repos/{repo}/pulls", json=pull, headers=headers)

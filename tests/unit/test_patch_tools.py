@@ -10,9 +10,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from pipeline.agents import gitwork, patch
+from pipeline.agents import gitwork, patch, services
 from pipeline.errors import PermanentError
 from pipeline.sandbox.git_repos import (
     DEMO_FILE,
@@ -279,3 +280,24 @@ def test_a_damaged_local_copy_is_made_again_from_the_remote(tmp_path: Path) -> N
         new_base = repository.fetch()
     assert new_base == git("rev-parse", "HEAD", cwd=work).strip() != base
     assert git("fsck", "--connectivity-only", "--no-dangling", cwd=repository.copy) == ""
+
+
+GITHUB_EXISTS = "A pull request already exists for acme:b."
+GITEA_EXISTS = "pull request already exists for these targets [id: 3, issue_id: 2, head_branch: b]"
+NOT_FOUND_HEAD = {"resource": "PullRequest", "field": "head", "code": "invalid"}
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "exists"),
+    [
+        (422, {"message": "Validation Failed", "errors": [{"message": GITHUB_EXISTS}]}, True),
+        (409, {"message": GITEA_EXISTS}, True),  # Gitea and Forgejo
+        (422, {"message": "Validation Failed", "errors": [NOT_FOUND_HEAD]}, False),
+        (409, {"message": "no commits between branches"}, False),
+        (422, ["not", "an", "object"], False),
+    ],
+)
+def test_a_hosts_answer_that_the_branch_has_a_pull_request_is_recognised(
+    status: int, answer: Any, exists: bool
+) -> None:
+    assert services._already_exists(httpx.Response(status, json=answer)) is exists
