@@ -21,6 +21,9 @@ Defining an agent
     check_back_in  the timer tool: the run waits (no process) and continues later
     once           `once(key, fn)`: fn's result, fixed per key in a run once journaled;
                    replays return it (fn runs again after a crash before the journal write)
+    service_replayed  called by a side effect's send whose service answered that it already
+                   had the key (`Idempotent-Replayed: true`, a 409 on the key): recorded as a
+                   duplicate the service absorbed
 
 Errors a tool raises (Exceptions, under pipeline.errors.NightshiftError)
     PermanentError     retrying cannot help; the model sees the error
@@ -72,6 +75,7 @@ from pipeline.tools import (
     ToolContext,
     check_back_in,
     once,
+    service_replayed,
     tool,
 )
 
@@ -92,6 +96,7 @@ __all__ = [
     "ToolContext",
     "check_back_in",
     "once",
+    "service_replayed",
     "text",
     "tool",
     "tool_use",

@@ -52,6 +52,12 @@ ACTIONS = Counter(
     "nightshift_action_transitions", "Side effects entering a state in a worker (attempted, "
     "confirmed, outcome_unknown, failed, intended again for a resend).", ["state"],
 )  # fmt: skip
+DUPLICATES_ABSORBED = Counter(
+    "nightshift_duplicates_absorbed", "Sends of an action its service already had, by service "
+    "and how it told: replayed (its answer to the resend said so: Idempotent-Replayed, a 409 "
+    "on the key) or lookup (asked after an unknown outcome, it had the key done).",
+    ["service", "how"],
+)  # fmt: skip
 RUNS_FINISHED = Counter(
     "nightshift_runs_finished", "Runs that ended, by agent, status and stop reason.",
     ["agent", "status", "reason"],

@@ -19,6 +19,7 @@ from pipeline import (
     SideEffect,
     ToolContext,
     http_deadline,
+    service_replayed,
 )
 
 SECONDS = 10.0
@@ -51,8 +52,12 @@ def _key_header(context: ToolContext) -> dict[str, str]:
 
 
 def _send(context: ToolContext, method: str, url: str, body: dict[str, Any]) -> httpx.Response:
-    """One keyed write: the action's idempotency key goes with it, so a resend is absorbed."""
-    return http_deadline.request(method, url, SECONDS, json=body, headers=_key_header(context))
+    """One keyed write: the action's idempotency key goes with it, so a resend is absorbed
+    (and said to be, when the service answers `Idempotent-Replayed: true` as Stripe does)."""
+    response = http_deadline.request(method, url, SECONDS, json=body, headers=_key_header(context))
+    if response.is_success and response.headers.get("Idempotent-Replayed", "").lower() == "true":
+        service_replayed()
+    return response
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

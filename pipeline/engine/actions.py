@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import DBAPIError
 
+import pipeline.instruments as instruments
 from models import ActionState, RunStatus
 from pipeline.crash import crash_point
 from pipeline.engine import action_rows as rows
@@ -46,7 +47,7 @@ from pipeline.keys import (
 )
 from pipeline.logs import get_logger
 from pipeline.retry import RetryPolicy, call_with_retries, classify
-from pipeline.tools import Tool, ToolContext, ToolOutput, once_scope
+from pipeline.tools import Tool, ToolContext, ToolOutput, once_scope, watching_replays
 
 if TYPE_CHECKING:
     from pipeline.engine.toolcalls import ToolCall
@@ -57,6 +58,9 @@ RESEND_POLICY = RetryPolicy(attempts=3, base_seconds=0.5, cap_seconds=5.0)
 TOOL_RETRY = RetryPolicy(attempts=4, base_seconds=0.5, cap_seconds=8.0)
 """A read-only tool, and a side effect's check (which may ask its service, a price book)."""
 
+
+REPLAYED_BY_SERVICE = "replayed_by_service"
+"""The resolution of an action whose service answered its send that it already had the key."""
 
 KEY_CONFLICT = "key_conflict"
 """The stop reason of a run parked because another run owns the key it means."""
@@ -323,6 +327,7 @@ def _reconcile(
         if supported and found is not None:
             log.info("action %s: lookup says it happened; confirming without resending", key)
             rows.confirm(call.lease, key, found, resolution="lookup")
+            instruments.DUPLICATES_ABSORBED.labels(effect.service, "lookup").inc()
             return None
         if supported:
             log.info("action %s: lookup says it did not happen; sending with the same key", key)
@@ -365,10 +370,12 @@ def _send(
         with fenced(lease) as session:
             rows.hold_run_during_send_txn(session, window)
             # The arguments as recorded: what the approver saw, whatever this call passed.
-            with once_scope(None):  # the send happens once already: once() is refused here
+            with once_scope(None), watching_replays() as replayed:
+                # the send happens once already: once() is refused here
                 result = tool.run(action.args, context)
             crash_point("after_send_before_reply")
-            rows.confirm_txn(session, run_id, key, rows.as_result(result), resolution=None)
+            resolution = REPLAYED_BY_SERVICE if replayed else None
+            rows.confirm_txn(session, run_id, key, rows.as_result(result), resolution)
             rows.set_lease_txn(session, lease, lease_seconds)
     except DBAPIError as exc:
         if time.monotonic() - started < window:
@@ -389,6 +396,9 @@ def _send(
         _send_failed(call, context, key, exc, time.monotonic() - started, send_seconds)
         return None
     crash_point("after_confirmed")
+    if replayed:
+        log.info("action %s: the service already had the key; a duplicate absorbed", key)
+        instruments.DUPLICATES_ABSORBED.labels(tool.side_effect.service, "replayed").inc()
     _warn_if_overran(key, time.monotonic() - started, send_seconds)
     return result
 

@@ -5,13 +5,15 @@ not change. Every mistake a tool author can make here is a DefinitionError namin
 The modules, each re-exported here under its public names (`from pipeline.tools import X`):
 `context` (what a tool gets and returns), `arguments` (how it takes its arguments),
 `side_effects` (SideEffect), `definition` (Tool and @tool), `once_per_key` (once: one value
-per key, once journaled), `timer` (check_back_in)."""
+per key, once journaled), `timer` (check_back_in), `service_replays` (a send's service
+saying it already had the key)."""
 
 from pipeline.errors import OnceOutsideStep
 from pipeline.tools.arguments import Arguments, ModelArguments, SchemaArguments
 from pipeline.tools.context import ArtifactRequest, ToolContext, ToolOutput
 from pipeline.tools.definition import TOOL_NAME, Tool, ToolFunction, tool
 from pipeline.tools.once_per_key import OnceStore, once, once_scope
+from pipeline.tools.service_replays import service_replayed, watching_replays
 from pipeline.tools.side_effects import Check, KeyBuilder, Lookup, SideEffect
 from pipeline.tools.timer import MAX_WAIT, check_back_in
 
@@ -29,6 +31,8 @@ __all__ = [  # noqa: RUF022 -- grouped by module, as dramatiq does
     "KeyBuilder",
     "Lookup",
     "SideEffect",
+    "service_replayed",
+    "watching_replays",
     # the tool
     "TOOL_NAME",
     "Tool",

@@ -14,8 +14,9 @@ The four reliability metrics, precisely:
 - duplicate-action ratio: possible duplicates / confirmed actions. A possible duplicate is a
   confirmed action that was sent more than once (`attempts > 1`) without a recorded reason
   that makes the resend safe: resent with the same key to a service that replays keys
-  (`resent_with_key`), confirmed by asking the service (`lookup`), sent again after the
-  service (`lookup_not_found`) or a person (`person_did_not_happen`) said it had not happened.
+  (`resent_with_key`; `replayed_by_service` when its answer said it already had the key),
+  confirmed by asking the service (`lookup`), sent again after the service
+  (`lookup_not_found`) or a person (`person_did_not_happen`) said it had not happened.
   The runtime always records one of those, so a non-zero value points at a bug or at a
   service that was wrongly declared to honour keys.
 - time to resume: for each takeover, `resumed_at - lost_at`: from the moment the lost lease
@@ -39,7 +40,13 @@ from pipeline.db import broker_client, read_only
 from pipeline.settings import Settings, get_settings
 
 # Resends the action protocol made on purpose, each for a reason that makes it safe.
-EXPLAINED_RESENDS = ("resent_with_key", "lookup", "lookup_not_found", "person_did_not_happen")
+EXPLAINED_RESENDS = (
+    "resent_with_key",
+    "replayed_by_service",
+    "lookup",
+    "lookup_not_found",
+    "person_did_not_happen",
+)
 QUANTILES = (0.5, 0.95)
 
 
