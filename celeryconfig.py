@@ -70,6 +70,10 @@ def from_settings(settings: Settings) -> dict[str, Any]:
         # `except Exception` could swallow.
         "broker_transport_options": transport,
         "result_backend_transport_options": transport,
+        # Through Sentinel over TLS, the servers the sentinels name (sentinel_options speaks
+        # TLS to the sentinels themselves): kombu and Celery read no TLS from a sentinel:// URL.
+        "broker_use_ssl": settings.broker_sentinel_tls_options,
+        "redis_backend_use_ssl": settings.broker_sentinel_tls_options,
         "task_time_limit": settings.step_hard_limit,
         # Task events cost a Redis PUBLISH each (received, started, succeeded, and sent by the
         # sender) on every step, whether anyone listens or not. Flower needs none of them
@@ -99,13 +103,14 @@ def from_settings(settings: Settings) -> dict[str, Any]:
 
 def sentinel_options(settings: Settings) -> dict[str, Any]:
     """Through Redis Sentinel (a `sentinel://` broker URL), what kombu's transport and Celery's
-    result backend need besides the URL: the master's name, and the sentinels' own password.
-    Both ask the sentinels for the master on every new connection, so they follow a failover."""
+    result backend need besides the URL: the master's name, and how to speak to the sentinels
+    (their own password, TLS). Both ask the sentinels for the master on every new connection,
+    so they follow a failover."""
     if not settings.broker_sentinel_master:
         return {}
     options: dict[str, Any] = {"master_name": settings.broker_sentinel_master}
-    if settings.broker_sentinel_password:
-        options["sentinel_kwargs"] = {"password": settings.broker_sentinel_password}
+    if settings.broker_sentinel_kwargs:
+        options["sentinel_kwargs"] = settings.broker_sentinel_kwargs
     return options
 
 

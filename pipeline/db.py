@@ -75,10 +75,13 @@ def broker_client(settings: Settings | None = None, *, timeout: float) -> redis.
         return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     sentinels = broker_urls.sentinels_of(url)
     timeouts: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    servers = dict(timeouts, **settings.broker_sentinel_tls_options or {})
+    if settings.broker_sentinel_tls:
+        servers["ssl"] = True  # redis-py's sentinel pool then makes TLS connections
     watchers = Sentinel(
         list(sentinels.addresses),
-        sentinel_kwargs={**timeouts, "password": settings.broker_sentinel_password},
-        **timeouts,
+        sentinel_kwargs={**timeouts, **settings.broker_sentinel_kwargs},
+        **servers,
     )
     return watchers.master_for(
         settings.broker_sentinel_master or "",

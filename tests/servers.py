@@ -1,6 +1,7 @@
 """Infrastructure an ops team puts in front of PostgreSQL and Redis, run for real in a temporary
-directory on free ports: PgBouncer (Debian's package) in transaction mode. A missing program
-skips the test locally and fails it in CI (`.ci/run` installs them)."""
+directory on free ports: PgBouncer (Debian's package) in transaction mode; a CA and a server
+certificate made with openssl for TLS. A missing program skips the test locally and fails it in
+CI (`.ci/run` installs them)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+
+from pipeline.chaos.sentinels import Certificates
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 
@@ -44,6 +47,26 @@ def wait_for_port(port: int, timeout: float = 20.0) -> None:
                 return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listens on port {port} after {timeout:.0f}s")
+
+
+def certificates(directory: Path, host: str = "127.0.0.1") -> Certificates:
+    """A CA of its own and a certificate it signed for `host` (an IP address: the name
+    clients verify), made with openssl in `directory`."""
+    openssl = need("openssl")
+    directory.mkdir(parents=True, exist_ok=True)
+    made = Certificates(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+    ca_key, request, extensions = (directory / n for n in ("ca.key", "server.csr", "san.ext"))
+    extensions.write_text(f"subjectAltName = IP:{host}\n")
+    for command in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test CA",
+         "-keyout", ca_key, "-out", made.ca],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={host}", "-keyout", made.key,
+         "-out", request],
+        ["x509", "-req", "-in", request, "-CA", made.ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-days", "2", "-extfile", extensions, "-out", made.cert],
+    ):  # fmt: skip
+        subprocess.run([openssl, *map(str, command)], check=True, capture_output=True)
+    return made
 
 
 def _unprivileged() -> dict[str, object]:

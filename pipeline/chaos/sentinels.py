@@ -2,7 +2,8 @@
 in a directory, run from a `redis-server` binary (its `--sentinel` mode is redis-sentinel). The
 chaos fault `redis_failover` and tests/integration/test_redis_sentinel.py kill its master and
 wait for the sentinels to promote the replica; the old master comes back as the new one's
-replica, so the next failover has a replica to promote."""
+replica, so the next failover has a replica to promote. With `tls` every server and sentinel
+speaks TLS only (`port 0`, `tls-port`), to clients and to each other."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from redis import Redis, RedisError
@@ -31,16 +33,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Certificates:
+    """PEM files for TLS: the CA clients verify against, and the certificate (for the host
+    every client uses) and key that every server and sentinel presents."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
 class SentinelRedis:
     """Two Redis servers (one the master, one its replica) and three sentinels watching them,
     every one with `password` (the servers' requirepass and masterauth; the sentinels ask
-    none), listening on `host`."""
+    none), listening on `host`, over TLS only with `tls`."""
 
     def __init__(
         self, root: Path, program: str, password: str, *, host: str = "127.0.0.1",
-        also: Sequence[str] = (),
+        also: Sequence[str] = (), tls: Certificates | None = None,
     ) -> None:  # fmt: skip
         self.root = root
+        self.tls = tls
         self.program = program
         self.password = password
         self.host = host
@@ -145,8 +158,7 @@ class SentinelRedis:
     def _server(self, port: int, replica_of: int | None = None) -> None:
         self._data(port).mkdir(mode=0o700, exist_ok=True)
         lines = [
-            f"port {port}",
-            f"bind {self.bind}",
+            *self._listen(port),
             f"dir {self._data(port)}",
             "appendonly yes",
             "save ''",
@@ -161,8 +173,7 @@ class SentinelRedis:
 
     def _sentinel(self, port: int, master: int) -> None:
         lines = [
-            f"port {port}",
-            f"bind {self.bind}",
+            *self._listen(port),
             f"dir {self.root}",
             f"sentinel monitor {MASTER_NAME} {self.host} {master} {QUORUM}",
             f"sentinel auth-pass {MASTER_NAME} {self.password}",
@@ -171,6 +182,23 @@ class SentinelRedis:
             f"logfile {self.root / f'sentinel-{port}.log'}",
         ]
         self._run(port, f"sentinel-{port}.conf", lines, "--sentinel")
+
+    def _listen(self, port: int) -> list[str]:
+        """Where a server or sentinel listens: `port`, or only its TLS port `port` with `tls`,
+        where it also replicates and (a sentinel) watches the servers and the others."""
+        if self.tls is None:
+            return [f"port {port}", f"bind {self.bind}"]
+        return [
+            "port 0",
+            f"tls-port {port}",
+            f"bind {self.bind}",
+            f"tls-cert-file {self.tls.cert}",
+            f"tls-key-file {self.tls.key}",
+            f"tls-ca-cert-file {self.tls.ca}",
+            # Clients prove nothing (no client certificate); the server proves who it is.
+            "tls-auth-clients no",
+            "tls-replication yes",
+        ]
 
     def _run(self, port: int, config: str, lines: Sequence[str], *mode: str) -> None:
         # The password is in a 0600 file, not on the command line (ps shows that to everyone);
@@ -188,9 +216,12 @@ class SentinelRedis:
 
     def _client(self, port: int, *, sentinel: bool = False) -> Redis:
         password = None if sentinel else self.password
+        tls: dict[str, object] = {}
+        if self.tls is not None:
+            tls = {"ssl": True, "ssl_ca_certs": str(self.tls.ca)}
         return Redis(
             host=self.host, port=port, password=password, socket_timeout=2,
-            socket_connect_timeout=2,
+            socket_connect_timeout=2, **tls,  # type: ignore[arg-type]
         )  # fmt: skip
 
     def _replicas_seen(self) -> int:

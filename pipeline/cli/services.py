@@ -74,13 +74,16 @@ def _print_env() -> int:
         ("NIGHTSHIFT_DATABASE_URL", database_url()),
         ("NIGHTSHIFT_BROKER_URL", broker_url()),
         # Through Sentinel a Celery client also needs the master's name (and the sentinels'
-        # password): its broker_transport_options and result_backend_transport_options.
+        # password, TLS and its CA): its broker_transport_options and
+        # result_backend_transport_options, and broker_use_ssl and redis_backend_use_ssl.
         ("NIGHTSHIFT_BROKER_SENTINEL_MASTER", settings.broker_sentinel_master),
         ("NIGHTSHIFT_BROKER_SENTINEL_PASSWORD", settings.broker_sentinel_password),
+        ("NIGHTSHIFT_BROKER_SENTINEL_TLS", "1" if settings.broker_sentinel_tls else None),
+        ("NIGHTSHIFT_BROKER_SENTINEL_TLS_CA", settings.broker_sentinel_tls_ca),
         ("NIGHTSHIFT_QUEUE", settings.queue),
     ):
         if value:
-            print(f"export {name}={shlex.quote(value)}")
+            print(f"export {name}={shlex.quote(str(value))}")
     return 0
 
 

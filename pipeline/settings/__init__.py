@@ -57,6 +57,19 @@ class Settings(Declared):
                 "NIGHTSHIFT_BROKER_SENTINEL_MASTER is set but NIGHTSHIFT_BROKER_URL names no "
                 f"sentinels (it must look like {broker_urls.SENTINELS_EXAMPLE})"
             )
+        if (self.broker_sentinel_tls or self.broker_sentinel_tls_ca) and not sentinel:
+            raise SettingsError(
+                "NIGHTSHIFT_BROKER_SENTINEL_TLS(_CA) is set but NIGHTSHIFT_BROKER_URL names no "
+                "sentinels (for TLS to one Redis use a rediss:// URL)"
+            )
+        if self.broker_sentinel_tls_ca and not self.broker_sentinel_tls:
+            raise SettingsError(
+                "NIGHTSHIFT_BROKER_SENTINEL_TLS_CA is set but NIGHTSHIFT_BROKER_SENTINEL_TLS is off"
+            )
+        if self.broker_sentinel_tls_ca and not self.broker_sentinel_tls_ca.is_file():
+            raise SettingsError(
+                f"NIGHTSHIFT_BROKER_SENTINEL_TLS_CA: no file {str(self.broker_sentinel_tls_ca)!r}"
+            )
         if self.visibility_timeout <= self.step_hard_limit:
             raise SettingsError(
                 "NIGHTSHIFT_VISIBILITY_TIMEOUT must be above NIGHTSHIFT_STEP_TIME_LIMIT plus the "
@@ -119,6 +132,25 @@ class Settings(Declared):
     def control_queue(self) -> str:
         """The tick and the schedule check: never stuck behind a night's backlog of steps."""
         return f"{self.queue}-control"
+
+    @property
+    def broker_sentinel_tls_options(self) -> dict[str, Any] | None:
+        """redis-py's TLS keywords for the sentinels and the servers they name, or None when
+        they speak plain Redis."""
+        if not self.broker_sentinel_tls:
+            return None
+        return broker_urls.tls_options(self.broker_sentinel_tls_ca)
+
+    @property
+    def broker_sentinel_kwargs(self) -> dict[str, Any]:
+        """redis-py's keywords for the sentinels themselves (not the servers they name): their
+        own password, TLS."""
+        watchers: dict[str, Any] = {}
+        if self.broker_sentinel_password:
+            watchers["password"] = self.broker_sentinel_password
+        if self.broker_sentinel_tls_options:
+            watchers.update(ssl=True, **self.broker_sentinel_tls_options)
+        return watchers
 
     @cached_property
     def prices(self) -> PriceTable:

@@ -7,12 +7,17 @@ Redis clients (queue depth, health), so that both reach the same Redis.
   name in NIGHTSHIFT_BROKER_SENTINEL_MASTER. The user, password and database of the first
   address are the master's (its `requirepass`); the sentinels' own password, if they have one,
   is NIGHTSHIFT_BROKER_SENTINEL_PASSWORD. Every client asks the sentinels for the master on
-  each new connection, so a promoted replica is followed.
+  each new connection, so a promoted replica is followed. With NIGHTSHIFT_BROKER_SENTINEL_TLS
+  the sentinels and the servers speak TLS (`tls_options`): kombu's and Celery's sentinel
+  clients take no TLS options in the URL, only in their settings.
 """
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import SettingsError
@@ -71,8 +76,8 @@ def sentinels_of(url: str, name: str = "NIGHTSHIFT_BROKER_URL") -> Sentinels:
             )
         if parts.query:
             raise SettingsError(
-                f"{name}: a Sentinel URL takes no options after '?' (TLS through Sentinel is "
-                "not supported)"
+                f"{name}: a Sentinel URL takes no options after '?' (for TLS through Sentinel "
+                "set NIGHTSHIFT_BROKER_SENTINEL_TLS and NIGHTSHIFT_BROKER_SENTINEL_TLS_CA)"
             )
         addresses.append((parts.hostname, port))
         first = first or parts
@@ -85,3 +90,13 @@ def sentinels_of(url: str, name: str = "NIGHTSHIFT_BROKER_URL") -> Sentinels:
 
 def is_sentinel(url: str) -> bool:
     return url.startswith(SENTINEL + "://")
+
+
+def tls_options(ca: Path | None) -> dict[str, Any]:
+    """redis-py's TLS keywords for a verified connection, as Celery's `broker_use_ssl` and
+    `redis_backend_use_ssl` take them (`ssl_cert_reqs` as the `ssl` constant both read):
+    the certificate must chain to `ca` (else to the system's CAs) and name the host."""
+    options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    if ca is not None:
+        options["ssl_ca_certs"] = str(ca)
+    return options

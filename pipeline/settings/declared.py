@@ -60,6 +60,15 @@ class Declared:
         "NIGHTSHIFT_BROKER_SENTINEL_PASSWORD", None, parse=o.text, secret=True,
         help="the sentinels' own password, when they have one (the master's goes in the URL)",
     )
+    broker_sentinel_tls: bool = setting(
+        "NIGHTSHIFT_BROKER_SENTINEL_TLS", False, parse=o.switch,
+        help="through Sentinel, the sentinels and the Redis servers they name speak TLS only "
+        "(their `tls-port`); their certificates are verified (docs/redis-sentinel.md)",
+    )
+    broker_sentinel_tls_ca: Path | None = setting(
+        "NIGHTSHIFT_BROKER_SENTINEL_TLS_CA", None, parse=o.path, shown="the system's CAs",
+        help="the CA file (PEM) the sentinels' and servers' certificates are verified against",
+    )
     data_dir: Path = setting(
         "NIGHTSHIFT_DATA_DIR", None, "embedded services, beat's file, metrics",
         parse=o.directory, shown="`~/.local/share/nightshift`", factory=o.default_data_dir,
