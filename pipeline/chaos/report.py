@@ -17,6 +17,7 @@ from pipeline.chaos.common import retrying
 from pipeline.chaos.faults import describe, registered
 from pipeline.chaos.poison import POISON as POISON_AGENT
 from pipeline.db import transaction
+from pipeline.engine.actions import ABSORBED
 from pipeline.sandbox import read_log
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ class ChaosReport:
     duplicate_rate: float | None
     resends_absorbed: int
     """Actions sent more than once with the same key (the service's key made them one)."""
+    duplicates_absorbed: int
+    """Actions whose service said it already had the key (resolution `replayed_by_service` or
+    `lookup`): what /metrics counts in nightshift_duplicates_absorbed_total."""
     stale_writes: dict[str, int]
     duplicate_messages_refused: int
     approvals: dict[str, int]
@@ -136,7 +140,8 @@ class ChaosReport:
             f"{self.model_waits.get('max', 0)}s; {self.model_unavailable} failed model_unavailable",
             f"side effects         {self.side_effects} delivered, {self.duplicates} duplicates: "
             f"duplicate-action rate {_pct(self.duplicate_rate)}; {self.resends_absorbed} resends "
-            "with the same key absorbed by the services",
+            f"with the same key absorbed by the services, {self.duplicates_absorbed} of them "
+            "answered as already done (nightshift_duplicates_absorbed_total)",
             f"stale writes refused {sum(self.stale_writes.values())} ({stale}); duplicate step "
             f"messages refused by the claim: {self.duplicate_messages_refused}",
             f"approvals            {self.approvals['calls']} signed webhook deliveries, "
@@ -322,6 +327,7 @@ def verify(
             else None
         ),
         resends_absorbed=sum(1 for a in actions if a.attempts > 1),
+        duplicates_absorbed=sum(1 for a in actions if a.resolution in ABSORBED),
         stale_writes=stale,
         duplicate_messages_refused=refused,
         approvals={

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 import pipeline.instruments as instruments
 from models import ActionState, RunStatus
 from pipeline.crash import crash_point
+from pipeline.db import after_commit
 from pipeline.engine import action_rows as rows
 from pipeline.engine import dispatch
 from pipeline.engine.action_rows import ActionView
@@ -61,6 +62,9 @@ TOOL_RETRY = RetryPolicy(attempts=4, base_seconds=0.5, cap_seconds=8.0)
 
 REPLAYED_BY_SERVICE = "replayed_by_service"
 """The resolution of an action whose service answered its send that it already had the key."""
+ABSORBED = (REPLAYED_BY_SERVICE, "lookup")
+"""The resolutions of an action its service already had when it was sent again or asked: a
+duplicate absorbed where it happened (nightshift_duplicates_absorbed_total counts each)."""
 
 KEY_CONFLICT = "key_conflict"
 """The stop reason of a run parked because another run owns the key it means."""
@@ -376,6 +380,11 @@ def _send(
             crash_point("after_send_before_reply")
             resolution = REPLAYED_BY_SERVICE if replayed else None
             rows.confirm_txn(session, run_id, key, rows.as_result(result), resolution)
+            if replayed:  # counted as the confirmation commits, before `after_confirmed`
+                absorbed = instruments.DUPLICATES_ABSORBED.labels(
+                    tool.side_effect.service, "replayed"
+                )
+                after_commit(session, absorbed.inc)
             rows.set_lease_txn(session, lease, lease_seconds)
     except DBAPIError as exc:
         if time.monotonic() - started < window:
@@ -398,7 +407,6 @@ def _send(
     crash_point("after_confirmed")
     if replayed:
         log.info("action %s: the service already had the key; a duplicate absorbed", key)
-        instruments.DUPLICATES_ABSORBED.labels(tool.side_effect.service, "replayed").inc()
     _warn_if_overran(key, time.monotonic() - started, send_seconds)
     return result
 
