@@ -130,7 +130,8 @@ class BrokerQueue:
     one command. Nobody reads a step's return value: none is stored (`ignore_result`)."""
 
     def __init__(self) -> None:
-        self._messages = StepMessages(app.conf.task_default_queue)
+        limits = (app.conf.task_time_limit, app.conf.task_soft_time_limit)
+        self._messages = StepMessages(app.conf.task_default_queue, limits)
 
     def send(self, steps: Sequence[Step]) -> None:
         sent: list[tuple[str, Step]] = []

@@ -65,8 +65,13 @@ class StepMessages:
     once (the origin once a process: it names the process that sent the message); a message
     fills in its task id, kwargs, ETA and hand-off time."""
 
-    def __init__(self, queue: str) -> None:
+    def __init__(
+        self, queue: str, time_limits: tuple[float | None, float | None] = (None, None)
+    ) -> None:
         self.queue = queue
+        # [hard, soft], as Celery's send_task puts a registered task's limits in the message
+        # (task_time_limit and task_soft_time_limit); a worker applies the message's.
+        self.time_limits = list(time_limits)
         self._pid = -1
         self._headers: dict[str, Any] = {}
         self._properties = {
@@ -109,7 +114,7 @@ class StepMessages:
                 "group": None,
                 "group_index": None,
                 "retries": 0,
-                "timelimit": [None, None],
+                "timelimit": self.time_limits,
                 "parent_id": None,
                 "argsrepr": "()",
                 "origin": anon_nodename(),

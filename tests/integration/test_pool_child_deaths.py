@@ -99,7 +99,7 @@ def test_a_pool_child_that_dies_mid_step_is_reaped_and_its_run_claimed_again_at_
 
 def noted_children(directory: Path) -> list[Path]:
     """What each pool child wrote down as it started (tests/fixture_dying.py)."""
-    return [path for path in directory.iterdir() if not path.suffix]
+    return [path for path in directory.iterdir() if path.is_file() and not path.suffix]
 
 
 def test_pool_children_start_with_the_model_sdk_loaded_when_runs_call_the_model(

@@ -42,13 +42,19 @@ def queued() -> list[dict[str, Any]]:
 
 
 def test_a_step_message_is_what_celery_itself_sends(db_url: str) -> None:
-    # given the same step sent by nightshift and by Celery's own send_task
+    # given the same step sent by nightshift and by Celery's own send_task (with the time limits
+    # Celery copies into the message from a bound task's configuration: whether this process
+    # has bound it yet depends on the tests that ran before in it)
+    limits = {
+        "time_limit": app.conf.task_time_limit,
+        "soft_time_limit": app.conf.task_soft_time_limit,
+    }
     run_id = uuid.uuid4()
     kwargs = step_kwargs(run_id, "bench", 3, "night-1")
     send_step(run_id, agent="bench", step=3, batch="night-1", handed_off=1764790000.25)
     app.send_task(
         STEP_TASK, kwargs=kwargs, kwargsrepr=step_kwargs_repr(kwargs), ignore_result=True,
-        headers={HANDED_OFF: 1764790000.25},
+        headers={HANDED_OFF: 1764790000.25}, **limits,
     )  # fmt: skip
 
     # then the two messages differ only in their ids
