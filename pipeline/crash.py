@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 
 from pipeline.settings import get_settings
 
@@ -47,4 +48,9 @@ def crash_point(name: str) -> None:
         logging.getLogger("nightshift.crash").warning(
             "pause point %s: stopping pid %d until SIGCONT", name, os.getpid()
         )
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # To this thread, not the process: a process-directed SIGSTOP is taken by another
+        # thread (the main one, asleep in Celery's poll), and until that thread is scheduled
+        # and stops the rest, this one runs on past its pause point, into the step's next
+        # transaction (its fence guard), which PostgreSQL then ends as idle in transaction.
+        # Taken by the thread it was sent to, it stops that thread before pthread_kill returns.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
