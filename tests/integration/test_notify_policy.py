@@ -283,7 +283,13 @@ def test_a_receiver_that_never_answers_costs_other_runs_nothing(
             now = session.scalar(select(func.now()))
     finally:
         tarpit.close()
-    assert loaded <= 1.5 * baseline, f"before {before}, with the tarpit {after}"
+    # A quarter of a second on top: an unrelated run takes ~50 ms on an idle worker, and three
+    # test processes on two cores move that by 0.1 s from scheduling alone (CI failed three
+    # times today at 0.05 -> 0.12-0.17 s, at load 5 and 30; not reproduced alone). What this
+    # guards against, a worker thread or a step waiting on the tarpit, costs a whole send
+    # (SEND_SECONDS) or a lease a step.
+    slack = 0.25
+    assert loaded <= 1.5 * baseline + slack, f"before {before}, with the tarpit {after}"
     # and the tarpit's notifications are owed, not lost: attempted, then put off with backoff
     assert len(owed) == 100 and not any(n.state is ActionState.CONFIRMED for n in owed)
     assert len(tarpit.held) <= 20, "a receiver that never answers was not backed off"
