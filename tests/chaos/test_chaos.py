@@ -24,7 +24,10 @@ from pipeline.chaos.plan import plan_faults, schedule_hash
 pytestmark = pytest.mark.chaos
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = 2  # its plan: a 28 s model outage (529) at +52 s, a PostgreSQL and two Redis failovers
+# Its plan strikes with every kind by +73 s, and has a 17 s model outage (529) at +58 s: a kind
+# planned only near the end (seed 2's lying_service at +136 s) was never reached in CI once the
+# injector fell behind the plan (a failover waits for its standby's rebuild).
+SEED = 130
 DURATION = 150
 RATE = 16  # 40 faults: fewer than the default, every kind at least once
 HOSTS = 3
