@@ -105,6 +105,10 @@ class Run(Base):
     finished_at: Mapped[datetime | None]
     compacted_at: Mapped[datetime | None]
     """When retention redacted the run's personal data; its deletion window starts here."""
+    trace_context: Mapped[dict[str, Any] | None]
+    """Where the run sits in a trace: its run span's W3C `traceparent` (and `tracestate`), as
+    the configured OTEL_PROPAGATORS wrote them when it was started; every step's span, on any
+    worker, continues it (pipeline/tracing.py). NULL: started outside any trace."""
     outcome_published: Mapped[bool] = mapped_column(server_default=text("false"))
     """Whether the tick put the finished run's outcome in Celery's result backend, under the
     run's id (`AsyncResult(run_id).get()` for a client with only Celery)."""
