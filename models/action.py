@@ -43,6 +43,9 @@ class Action(Base):
     decided_by: Mapped[str | None] = mapped_column(String(200))
     decided_at: Mapped[datetime | None]
     note: Mapped[str | None] = mapped_column(Text)
+    compacted_at: Mapped[datetime | None]
+    """When retention dropped the personal data of its arguments and result (its run
+    compacted while it was settled, or the first compaction after it settled)."""
 
     created_at: Mapped[datetime] = created_at_column()
     updated_at: Mapped[datetime] = updated_at_column()

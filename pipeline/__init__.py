@@ -17,6 +17,8 @@ Defining an agent
                    long one send may take (send_timeout; the lease covers it)
     ToolContext    what a tool gets besides its arguments: run id, agent, run input, the
                    action's idempotency key, `config("acme.url")` for its own settings
+    PersonalData   which fields of its runs' input, result, state and side effects'
+                   arguments and results are personal: retention drops those, keeps the rest
     ArtifactRequest  a tool result kept as an artifact (a report) instead of inline
     check_back_in  the timer tool: the run waits (no process) and continues later
     once           `once(key, fn)`: fn's result, fixed per key in a run once journaled;
@@ -62,6 +64,7 @@ from pipeline.agent_definition import (
     BatchPlan,
     Conversation,
     EventSource,
+    PersonalData,
     RunPlan,
     Slot,
     text,
@@ -88,6 +91,7 @@ __all__ = [
     "LookupUnsupported",
     "NotConfigured",
     "PermanentError",
+    "PersonalData",
     "RunPlan",
     "SideEffect",
     "Slot",

@@ -131,6 +131,78 @@ class EventSource:
     the payload returning its deadline (seconds, `"15m"`, an ISO time, None for none)."""
 
 
+_FIELD = re.compile(r"^(\*|[^.*\s]+)(\.(\*|[^.*\s]+))*$")
+"""A declared field: names joined by dots, `*` for every item of a list or value of an object."""
+
+
+@dataclass(frozen=True)
+class PersonalData:
+    """What of an agent's runs is personal data: the fields retention drops when it compacts a
+    finished run, keeping every other field of its outcome (docs/agents.md, "Personal data").
+    A field is a dotted path into a JSON document; `*` stands for every item of a list or every
+    value of an object (`invoices.*.email`); a field a document lacks drops nothing."""
+
+    input: tuple[str, ...] = ()
+    """Fields of the run's input (`email_to`)."""
+    result: tuple[str, ...] = ()
+    """Fields of the run's result, `{"text": <the closing reply>, "state": ...}`: `text` when
+    the closing reply names people."""
+    state: tuple[str, ...] = ()
+    """Fields of the run's state; they go from the result's `state` too."""
+    tools: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Tool name -> fields of the arguments (`args.body`) and result (`result.to`) its side
+    effect's action records. A read-only tool's output lives only in the journal, which
+    compaction reduces to outlines whatever is declared."""
+
+    def __post_init__(self) -> None:
+        for name in ("input", "result", "state"):
+            object.__setattr__(self, name, _fields(f"personal_data.{name}", getattr(self, name)))
+        if not isinstance(self.tools, Mapping):
+            raise DefinitionError("personal_data.tools must map tool names to their fields")
+        tools = {name: _fields(f"personal_data.tools[{name!r}]", fields)
+                 for name, fields in self.tools.items()}  # fmt: skip
+        object.__setattr__(self, "tools", tools)
+
+    def problems(self, tool_names: Sequence[str]) -> list[str]:
+        """What is wrong with the declaration, for an agent with these tools."""
+        found = []
+        for name in ("input", "result", "state"):
+            found += [
+                f"personal_data.{name} field {f!r} is not a dotted path of names or *"
+                for f in getattr(self, name)
+                if not _FIELD.match(f)
+            ]
+        for tool_name, fields in self.tools.items():
+            if tool_name not in tool_names:
+                found.append(f"personal_data.tools names {tool_name!r}, not one of its tools")
+            found += [
+                f"personal_data.tools[{tool_name!r}] field {f!r} must start with args. or "
+                "result. and be a dotted path of names or *"
+                for f in fields
+                if not (_FIELD.match(f) and f.partition(".")[0] in ("args", "result") and "." in f)
+            ]
+        return found
+
+    def of_result(self) -> tuple[str, ...]:
+        """The declared fields of the run's result, its final `state` included."""
+        return (*self.result, *(f"state.{f}" for f in self.state))
+
+    def of_tool(self, tool_name: str, part: str) -> tuple[str, ...]:
+        """The declared fields of `part` (`args` or `result`) of a tool's action."""
+        prefix = f"{part}."
+        fields = self.tools.get(tool_name, ())
+        return tuple(f.removeprefix(prefix) for f in fields if f.startswith(prefix))
+
+
+def _fields(what: str, fields: object) -> tuple[str, ...]:
+    """A declaration's fields as a tuple (a lone string is one field, not its characters)."""
+    if isinstance(fields, str):
+        return (fields,)
+    if not isinstance(fields, Sequence) or not all(isinstance(f, str) for f in fields):
+        raise DefinitionError(f"{what} must be a tuple of field names (got {fields!r})")
+    return tuple(fields)
+
+
 def default_job(slot: Slot) -> RunPlan:
     """One run with the schedule's params as its input."""
     return RunPlan(dict(slot.params))
@@ -184,6 +256,9 @@ class Agent:
     recorded action), `park` (wait in needs_attention until a person allows this version or
     cancels the run) or `fail` (reason version_changed). docs/operations.md, "Deploying a new
     release"."""
+    personal_data: PersonalData = PersonalData()
+    """The fields of its input, result, state and side effects' arguments and results that
+    hold personal data: retention's compaction drops them and keeps the rest of the outcome."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not AGENT_NAME.match(self.name):
@@ -232,6 +307,10 @@ class Agent:
         for source in self.event_sources:
             if not isinstance(source, EventSource):
                 found.append(f"event_sources holds a {type(source).__name__}, not an EventSource")
+        if isinstance(self.personal_data, PersonalData):
+            found += self.personal_data.problems(names)
+        else:
+            found.append("personal_data must be a PersonalData(input=..., tools=...)")
         return found
 
     def unset_needs(self, is_set: Callable[[str], bool]) -> list[tuple[str, str]]:

@@ -1,20 +1,20 @@
 -- Retention (pipeline/runs/retention.py): its first stage compacts a finished run's record
--- (pipeline/runs/redaction.py: what the people it served gave and got goes; its outline, its
--- open obligations and its owed notifications stay), its second deletes old compact records
--- (pipeline/runs/deletion.py). The caller holds the run's row lock. `redacted`: what a
--- redacted JSON column holds, `redacted_text` a text column (NULL stays NULL: nothing was
--- there); `open`: the action states of an open obligation, `owed`: a notification's states
--- while it is owed (both from pipeline/runs/redaction.py).
+-- (pipeline/runs/redaction.py: the fields its agent declares personal and the bulky
+-- intermediate outputs go; its outcome, decisions, approvals, costs, open obligations and owed
+-- notifications stay), its second deletes old compact records (pipeline/runs/deletion.py).
+-- The caller holds the run's row lock. `redacted`: what a wholly redacted JSON column holds;
+-- `open`: the action states of an open obligation, `owed`: a notification's states while it
+-- is owed (both from pipeline/runs/redaction.py).
 -- Parameters are psycopg's (%(name)s); each statement ends with a semicolon on its own.
 
 -- name: redact_run
--- The run's input, state, result and error text; its notify_url too, unless a notification is
--- still owed to it.
+-- The run's input, state and result as compaction keeps them (`input`, `state`, `result`:
+-- made in Python without the declared personal fields); its error (the outcome of a failed
+-- run) stays. Its notify_url goes, unless a notification is still owed to it.
 UPDATE runs
-   SET input = %(redacted)s,
-       state = %(redacted)s,
-       result = CASE WHEN result IS NULL THEN NULL ELSE %(redacted)s END,
-       error = CASE WHEN error IS NULL THEN NULL ELSE %(redacted_text)s END,
+   SET input = %(input)s,
+       state = %(state)s,
+       result = %(result)s,
        notify_url = CASE WHEN EXISTS (SELECT 1 FROM notifications n
                                        WHERE n.run_id = runs.id
                                          AND n.state = ANY(CAST(%(owed)s AS text[])))
@@ -34,23 +34,19 @@ UPDATE journal
 ;
 
 -- name: redact_actions
--- The run's settled actions lose their arguments, results, errors and notes, and their audit
--- trail its notes; an open obligation keeps what a lookup, a resend or a person still needs.
-WITH redacted AS (
-    UPDATE actions
-       SET args = %(redacted)s,
-           result = CASE WHEN result IS NULL THEN NULL ELSE %(redacted)s END,
-           error = CASE WHEN error IS NULL THEN NULL ELSE %(redacted_text)s END,
-           note = CASE WHEN note IS NULL THEN NULL ELSE %(redacted_text)s END,
-           updated_at = now()
-     WHERE run_id = %(run_id)s
-       AND NOT state = ANY(CAST(%(open)s AS text[]))
-       AND args <> %(redacted)s
-    RETURNING idempotency_key
-)
-UPDATE action_audit
-   SET note = CASE WHEN note IS NULL THEN NULL ELSE %(redacted_text)s END
- WHERE action_key IN (SELECT idempotency_key FROM redacted)
+-- The settled actions of `ids` keep their arguments and results without the declared personal
+-- fields (`args`, `results`: made in Python, one an action); their state, decision, who
+-- decided, errors and notes (the key decisions) stay. An action that became an open
+-- obligation meanwhile is left for the next compaction after it settles.
+UPDATE actions
+   SET args = redacted.args,
+       result = redacted.result,
+       compacted_at = now(),
+       updated_at = now()
+  FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(args)s AS jsonb[]), CAST(%(results)s AS jsonb[]))
+       AS redacted(id, args, result)
+ WHERE actions.id = redacted.id
+   AND NOT actions.state = ANY(CAST(%(open)s AS text[]))
 ;
 
 -- name: redact_run_events

@@ -20,6 +20,7 @@ from pipeline import (
     Agent,
     Conversation,
     PermanentError,
+    PersonalData,
     RunPlan,
     Slot,
     ToolContext,
@@ -231,6 +232,13 @@ AGENT = Agent(
         "additionalProperties": False,
     },
     script=script,
+    # The client's contact and what the email said to them (the model writes the subject and
+    # may name the person); the client, the week and the delivery's id and time stay.
+    personal_data=PersonalData(
+        tools={
+            "send_invoice_reminder": ("args.subject", "args.body", "result.to", "result.subject")
+        },
+    ),
     # The list, one step per client (a second try for a failed one), the closing line.
     max_steps=64,
     job=reminders_job,

@@ -12,6 +12,7 @@ from pipeline import (
     Conversation,
     EventSource,
     PermanentError,
+    PersonalData,
     RunPlan,
     Slot,
     ToolContext,
@@ -234,4 +235,10 @@ AGENT = Agent(
     check_success=report_written_and_sent,
     job=report_job,
     event_sources=(EventSource("ops-report-request", report_request),),
+    # The address a caller sent it to, and the report's text (the on-call handover names
+    # people); the team, date, subject and the delivery's id and time stay.
+    personal_data=PersonalData(
+        input=("email_to",),
+        tools={"send_report_email": ("args.body", "result.to")},
+    ),
 )

@@ -1,9 +1,10 @@
 """Retention, in two stages: personal data goes, then the record itself.
 
 1. Compaction: a run that finished more than NIGHTSHIFT_RETENTION_DAYS (default 30) ago keeps
-   a compact record (status, stop reason, usage, timestamps, keys, states and decisions) and
-   loses everything it carried for the people it served (pipeline/runs/redaction.py), except
-   what its open obligations still need.
+   its outcome (result, error, status, usage and cost, its actions' states, decisions and
+   approvals) and loses the fields its agent declares personal and its bulky intermediate
+   outputs: journal payloads, artifacts' contents (pipeline/runs/redaction.py), except what
+   its open obligations still need.
 2. Deletion: a compact record goes NIGHTSHIFT_RETENTION_DELETE_DAYS (default 365) after its
    compaction, unless it still has an open obligation (pipeline/runs/deletion.py).
 """
@@ -47,7 +48,7 @@ class RunCleanup:
     artifacts: int
     artifact_bytes: int
     actions: int
-    """Settled actions whose arguments and results are redacted."""
+    """Settled actions whose arguments and results lose their declared personal fields."""
 
 
 @dataclass(frozen=True)

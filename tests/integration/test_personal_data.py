@@ -1,15 +1,18 @@
-"""Retention lets personal data go: after compaction no column of any table holds a reminded
-client's address or the email's body, yet an unknown outcome that compaction kept whole is
-still reconciled by a person, with real workers and the sandbox email API."""
+"""Retention lets personal data go and keeps the outcome: after compaction no column of any
+table holds a reminded client's address or the email's body (what invoice_reminders declares
+personal), the runs' results, decisions and costs and the undeclared fields of their actions
+stay, and an unknown outcome that compaction kept whole is still reconciled by a person, with
+real workers and the sandbox email API."""
 
 from __future__ import annotations
 
 import uuid
 from hashlib import sha256
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 
-from models import ActionState, Artifact, ExternalEvent, RunStatus
+from models import Action, ActionState, Artifact, ExternalEvent, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.decisions import Actor, Decision, decide
@@ -108,6 +111,7 @@ def test_compaction_leaves_no_address_or_body_and_a_kept_obligation_still_reconc
     # API with, and they say it happened
     [owed] = list_actions(state=ActionState.OUTCOME_UNKNOWN.value, limit=10)
     assert owed["args"]["body"].count(BODY) == 1
+    owed_client = owed["args"]["client"]
     assert len(sandbox.email.deliveries(owed["idempotency_key"])) == 1
     decide(owed["idempotency_key"], Decision.HAPPENED, Actor("ops@example.com", "cli (OS user)"))
 
@@ -125,8 +129,46 @@ def test_compaction_leaves_no_address_or_body_and_a_kept_obligation_still_reconc
     assert set(states) == {ActionState.CONFIRMED.value}
 
     # and once both runs are old and compacted, no table holds the address or the body
+    before = outcome(wednesday)
     age(wednesday, 40)
     assert {c.run_id for c in cleanup().compacted} == {monday, wednesday}
     assert holding(ADDRESS) == set()
     assert holding(BODY) == set()
     assert cleanup().compacted == [], "nothing left to redact"
+
+    # yet each run keeps its outcome: the result, usage and cost, each reminder's state and
+    # decision, and what it did not declare personal (the client, the delivery's id and time)
+    after = outcome(wednesday)
+    assert after["run"] == before["run"] and "sent" in after["run"][0][0]["text"]
+    assert after["actions"] == [
+        (
+            state,
+            resolution,
+            {**args, "subject": "[redacted]", "body": "[redacted]"},
+            {**result, "to": "[redacted]", "subject": "[redacted]"},
+        )
+        for state, resolution, args, result in before["actions"]
+    ]
+    assert {args["client"] for _, _, args, _ in after["actions"]} == clients - {owed_client}
+    assert all(result["message_id"].startswith("em_") for _, _, _, result in after["actions"])
+    with transaction() as session:
+        cancelled = session.get(Run, monday)
+        assert cancelled is not None and cancelled.input == {"date": "2026-11-30"}
+        assert cancelled.status == RunStatus.CANCELLED and cancelled.compacted_at is not None
+
+
+def outcome(run_id: uuid.UUID) -> dict[str, list[tuple[Any, ...]]]:
+    """What a run's outcome is: its result, input, usage and cost, and each action's state,
+    resolution, arguments and result."""
+    with transaction() as session:
+        run = session.execute(
+            select(Run.result, Run.input, Run.stop_reason, Run.input_tokens, Run.cost_usd).where(
+                Run.id == run_id
+            )
+        ).one()
+        actions = session.execute(
+            select(Action.state, Action.resolution, Action.args, Action.result)
+            .where(Action.run_id == run_id)
+            .order_by(Action.created_at)
+        ).all()
+    return {"run": [tuple(run)], "actions": [tuple(a) for a in actions]}

@@ -1,5 +1,6 @@
-"""Retention: old finished runs lose their payloads and artifacts' contents and keep a compact
-record; an open obligation keeps its action whole; a dry run changes nothing."""
+"""Retention: old finished runs lose their payloads, their artifacts' contents and the fields
+their agent declares personal, and keep their outcome; an open obligation keeps its action
+whole; a dry run changes nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from pipeline.runs.retention import cleanup
 from pipeline.runs.start import create_run_txn
 from pipeline.settings import get_settings
 
-REPORT = {"team": "ops", "date": "2026-11-29"}
+REPORT = {"team": "ops", "date": "2026-11-29", "email_to": "priya@example.com"}
+EMAIL = {"subject": "Nightly report for ops", "body": "Primary on call: Priya Raman."}
+SENT = {"message_id": "em_1", "to": "priya@example.com", "subject": "Nightly report for ops"}
+RESULT = {"text": "The nightly report for ops is written and sent.", "state": {"artifacts": {}}}
 MODEL_REPLY = {
     "content": [
         {"type": "text", "text": "Reading incidents."},
@@ -31,19 +35,22 @@ TOOL_RESULT = {"tool_use_id": "toolu_1", "name": "fetch_source", "content": "x" 
 
 
 def finished_run(
-    status: RunStatus, days_ago: float, action_state: ActionState | None = None
+    status: RunStatus,
+    days_ago: float,
+    action_state: ActionState | None = None,
+    agent: str = "nightly_report",
 ) -> tuple[uuid.UUID, int]:
     """A finished run with a journal, an artifact and (optionally) one action."""
     with transaction() as session:
-        run_id = create_run_txn(session, "nightly_report", REPORT).run_id
+        run_id = create_run_txn(session, agent, REPORT).run_id
         session.execute(
             text(
                 "UPDATE runs SET status = :status, finished_at = now() - make_interval("
                 "days => :days), result = :result, stop_reason = 'completed', step = 2, "
-                "input_tokens = 1200, output_tokens = 80 WHERE id = :id"
+                "input_tokens = 1200, output_tokens = 80, cost_usd = 0.0042 WHERE id = :id"
             ),
             {"status": status.value, "days": days_ago, "id": run_id,
-             "result": json.dumps({"text": "report sent"})},
+             "result": json.dumps(RESULT)},
         )  # fmt: skip
         for key, payload in (("model:0", MODEL_REPLY), ("tool:toolu_1", TOOL_RESULT)):
             name = "ask_model" if key.startswith("model") else "fetch_source"
@@ -58,7 +65,8 @@ def finished_run(
                     run_id=run_id,
                     tool="send_report_email",
                     service="email",
-                    args={"to": "ops@example.com"},
+                    args=EMAIL,
+                    result=SENT if action_state is ActionState.CONFIRMED else None,
                     state=action_state,
                     decision="approve" if action_state is ActionState.CONFIRMED else None,
                     decided_by="alice@example.com",
@@ -181,33 +189,56 @@ def test_cleanup_compacts_old_finished_runs_and_keeps_open_obligations_whole(
             assert artifact_kept(artifact_id), name
             assert feed_events(run_id) > 0, name
 
-    # and the compact record stays: status, reason, usage and the key decisions, not the
-    # input or result
+    # and the compact record keeps the outcome: status, reason, result, usage, cost and the
+    # key decisions, with only what nightly_report declares personal dropped (the input's
+    # email_to, the email's body and address)
     with transaction() as session:
         run = session.get(Run, night["old succeeded"][0])
         assert run is not None
-        assert (run.status, run.input, run.result, run.stop_reason) == (
+        assert (run.status, run.result, run.stop_reason) == (
             RunStatus.SUCCEEDED,
-            {"redacted": True},
-            {"redacted": True},
+            RESULT,
             "completed",
         )
+        assert run.input == {**REPORT, "email_to": "[redacted]"}
         assert run.compacted_at is not None
         assert (run.step, run.input_tokens, run.output_tokens) == (2, 1200, 80)
+        assert run.cost_usd == pytest.approx(0.0042)
         kept = session.scalars(select(Action).where(Action.run_id == run.id)).one()
         assert (kept.state, kept.decision, kept.decided_by) == (
             ActionState.CONFIRMED,
             "approve",
             "alice@example.com",
         )
-        assert kept.args == {"redacted": True}
+        assert kept.args == {**EMAIL, "body": "[redacted]"}
+        assert kept.result == {**SENT, "to": "[redacted]"}
+        assert kept.compacted_at is not None
         # but an open obligation keeps what a lookup, a resend or an approver needs
         for name in OBLIGED:
             owed = session.scalars(select(Action).where(Action.run_id == night[name][0])).one()
-            assert owed.args == {"to": "ops@example.com"}, name
+            assert owed.args == EMAIL and owed.compacted_at is None, name
 
     # and a second cleanup finds nothing left to do
     assert cleanup().compacted == []
+
+
+def test_a_run_of_an_agent_not_registered_here_loses_its_data_whole(db_url: str) -> None:
+    # given an old run of an agent this process does not know (retired since), whose
+    # declaration nobody can read any more
+    run_id, _ = finished_run(RunStatus.SUCCEEDED, 45, ActionState.CONFIRMED)
+    with transaction() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(agent="retired_report"))
+
+    # when retention compacts it
+    assert [c.run_id for c in cleanup().compacted] == [run_id]
+
+    # then its input, result, arguments and results go whole: nobody says what is personal
+    with transaction() as session:
+        run = session.get(Run, run_id)
+        assert run is not None and run.input == run.result == {"redacted": True}
+        action = session.scalars(select(Action).where(Action.run_id == run_id)).one()
+        assert action.args == action.result == {"redacted": True}
+        assert (action.state, action.decided_by) == (ActionState.CONFIRMED, "alice@example.com")
 
 
 def test_the_age_comes_from_the_environment_or_the_command(

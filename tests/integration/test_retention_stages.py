@@ -65,6 +65,7 @@ def compacted_run(
                 args={"redacted": True},
                 approvers=[],
                 state=ActionState.OUTCOME_UNKNOWN if open_action else ActionState.CONFIRMED,
+                compacted_at=None if open_action else func.now(),
             )
         )
         session.add(

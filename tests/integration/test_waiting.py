@@ -228,23 +228,26 @@ def test_an_unknown_outcome_of_a_cancelled_run_can_be_settled_and_then_forgotten
     kept = cleanup(timedelta(0))
     assert [k.run_id for k in kept.kept] == [run_id]
     assert [c.run_id for c in kept.compacted] == [run_id]
-    assert action_row(PR_KEY).args == args != {"redacted": True}
+    assert action_row(PR_KEY).args == args and action_row(PR_KEY).compacted_at is None
 
     # when a person checks the git host and says it did not happen (refused before the fix:
     # "nothing would carry out a decision now")
     assert main(["actions", "resolve", PR_KEY, "--did-not-happen"]) == 0
     capsys.readouterr()
 
-    # then the key is released, the next compaction redacts its arguments too, and the next
-    # run for the issue proposes the pull request afresh (its own approval), which opens once
+    # then the key is released, the next compaction takes the settled action (patch declares
+    # nothing of a pull request personal: its arguments stay), and the next run for the issue
+    # proposes the pull request afresh (its own approval), which opens once
     assert action_row(PR_KEY).state == ActionState.RELEASED
     assert [entry.event for entry in audit_trail(PR_KEY)] == [
         "approve",
         "run_ended",
         "did_not_happen",
     ]
+    assert action_row(PR_KEY).compacted_at is None
     assert [c.run_id for c in cleanup(timedelta(0)).compacted] == [run_id]
-    assert action_row(PR_KEY).args == {"redacted": True}
+    assert action_row(PR_KEY).args == args and action_row(PR_KEY).compacted_at is not None
+    assert cleanup(timedelta(0)).compacted == []
     again = start_run("patch", BUG).run_id
     wait_for_status(again, {RunStatus.WAITING.value}, timeout=30)
     assert action_row(PR_KEY).state == ActionState.PENDING_APPROVAL

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 import pipeline
-from pipeline import Agent, SideEffect, ToolContext, text, tool
+from pipeline import Agent, PersonalData, SideEffect, ToolContext, text, tool
 from pipeline.errors import DefinitionError
 from pipeline.settings import Settings
 from pipeline.tools import OnceOutsideStep
@@ -283,6 +283,13 @@ AGENT_MISTAKES = [
     (dict(max_steps=0), "agent 'mailer': max_steps must be a positive integer"),
     (dict(event_sources=("ops",)), "agent 'mailer': event_sources holds a str"),
     (dict(on_version_change="ask"), "agent 'mailer': on_version_change must be one of continue"),
+    (dict(personal_data=PersonalData(tools={"mail": ("args.to",)})),
+     "agent 'mailer': personal_data.tools names 'mail', not one of its tools"),
+    (dict(personal_data=PersonalData(tools={"send": ("to",)})),
+     "agent 'mailer': personal_data.tools['send'] field 'to' must start with args. or result."),
+    (dict(personal_data=PersonalData(input=("to..x",))),
+     "agent 'mailer': personal_data.input field 'to..x' is not a dotted path of names or *"),
+    (dict(personal_data={"input": ["to"]}), "agent 'mailer': personal_data must be a PersonalData"),
 ]  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from pipeline import (
     Agent,
     Conversation,
     LookupUnsupported,
+    PersonalData,
     RunPlan,
     SideEffect,
     Slot,
@@ -162,4 +163,7 @@ AGENT = Agent(
     script=script,
     max_steps=6,
     job=nightly,
+    # The on-call list's address and the handover's text (it names people): retention drops
+    # them when it compacts a finished run, and keeps the rest of the outcome.
+    personal_data=PersonalData(input=("to",), tools={"mail_digest": ("args.to", "args.body")}),
 )
