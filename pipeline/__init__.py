@@ -16,7 +16,8 @@ Defining an agent
                    service honours keys and for how long, lookup, key namespace, and how
                    long one send may take (send_timeout; the lease covers it)
     ToolContext    what a tool gets besides its arguments: run id, agent, run input, the
-                   action's idempotency key, `config("acme.url")` for its own settings
+                   action's idempotency key, `config("acme.url")` for its own settings, and
+                   `state`, the run's agent state (a plan, facts: `state.get`, `state.set`)
     PersonalData   which fields of its runs' input, result, state and side effects'
                    arguments and results are personal: retention drops those, keeps the rest
     ArtifactRequest  a tool result kept as an artifact (a report) instead of inline
@@ -39,7 +40,8 @@ root, pipeline.errors.StopStep, a BaseException: they pass a tool's `except Exce
 tool neither raises nor catches them.
 
 Scripts (the offline stand-in for the model, for tests and the demo)
-    Conversation   what a script sees: the run's input and the messages so far
+    Conversation   what a script sees: the run's input and the messages so far (a success
+                   check also reads the run's `state`)
     text           a text block, as a script answers with
     tool_use       a tool call with a deterministic id, as a script answers with
 

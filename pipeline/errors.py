@@ -205,6 +205,11 @@ class ArtifactTooLarge(TooLarge):
     """Over NIGHTSHIFT_ARTIFACT_MAX_BYTES: nothing is kept, and the model is told so."""
 
 
+class AgentStateTooLarge(PermanentError):
+    """Over NIGHTSHIFT_AGENT_STATE_MAX_BYTES: the change is refused and the state stays as it
+    was; a tool that does not catch it fails with this error, which the model reads."""
+
+
 class BadSignature(Unauthenticated):
     """The webhook's signature or timestamp is missing or wrong."""
 

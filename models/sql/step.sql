@@ -160,9 +160,10 @@ VALUES (%(run_id)s, %(key)s, %(step)s, %(step_name)s, %(payload)s, false)
 ;
 
 -- name: checkpoint
--- The step's end, in one statement: step + 1, its counters, the lease given up, and its
--- deferred journal entries (its last tool result), written only if the UPDATE found the fence
--- current. Returns the new step and the hand-off's time (the updated_at it wrote, as epoch
+-- The step's end, in one statement: step + 1, its counters, the lease given up, the agent
+-- state the step changed (`state`, NULL: unchanged; it replaces every entry of runs.state but
+-- the runtime's `artifacts`), and its deferred journal entries (its last tool result), written
+-- only if the UPDATE found the fence current. Returns the new step and the hand-off's time (the updated_at it wrote, as epoch
 -- seconds: the next step's message carries it); no row: the lease is lost, nothing written.
 WITH checkpointed AS (
     UPDATE runs
@@ -174,6 +175,11 @@ WITH checkpointed AS (
                                          + %(cache_creation_input_tokens)s,
            cache_read_input_tokens = cache_read_input_tokens + %(cache_read_input_tokens)s,
            cost_usd = cost_usd + %(cost_usd)s,
+           state = coalesce(CAST(%(state)s AS jsonb)
+                            || CASE WHEN state -> 'artifacts' IS NULL THEN '{}'::jsonb
+                                    ELSE jsonb_build_object('artifacts', state -> 'artifacts')
+                               END,
+                            state),
            lease_owner = NULL,
            lease_expires_at = NULL,
            updated_at = now()

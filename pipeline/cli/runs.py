@@ -8,6 +8,7 @@ import getpass
 import json
 import sys
 from datetime import datetime
+from textwrap import indent
 from typing import TYPE_CHECKING, Any
 
 from pipeline.api.words import action_words
@@ -172,6 +173,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     for entry in detail["journal"]:
         when = entry["created_at"][11:19]
         print(f"  {when}  step {entry['step']:>3}  {entry['key']:<28} {entry['summary']}")
+    if run["agent_state"]:
+        print("\nagent state (as the last checkpoint left it):")
+        print(indent(json.dumps(run["agent_state"], indent=2, sort_keys=True), "  "))
     if detail["actions"]:
         print("\nactions:")
         for action in detail["actions"]:

@@ -19,7 +19,7 @@ from pipeline.engine import artifacts
 from pipeline.errors import NightshiftError, PermanentError, redact_urls
 from pipeline.keys import check_key
 from pipeline.settings import Settings
-from pipeline.tools import ArtifactRequest, Tool, ToolContext, ToolOutput
+from pipeline.tools import AgentState, ArtifactRequest, Tool, ToolContext, ToolOutput
 
 SUCCESS_CHECK_NOTE = (
     "The success check failed: the task is not finished yet. Keep going and complete it."
@@ -101,9 +101,14 @@ def context_for(
     run_input: dict[str, Any],
     *,
     batch_id: str | None = None,
+    state: AgentState | None = None,
 ) -> ToolContext:
-    """What the tool (and its key, check and lookup) gets for this call."""
-    return ToolContext(run_id, agent, block["id"], settings, run_input, batch_id=batch_id)
+    """What the tool (and its key, check and lookup) gets for this call; `state`: the agent
+    state as the calls before it left it (none: an empty one)."""
+    return ToolContext(
+        run_id, agent, block["id"], settings, run_input, batch_id=batch_id,
+        state=state if state is not None else AgentState(max_bytes=settings.agent_state_max_bytes),
+    )  # fmt: skip
 
 
 def action_key(tool: Tool, args: dict[str, Any], context: ToolContext) -> str:

@@ -39,6 +39,7 @@ from pipeline.engine.limits import (
 )
 from pipeline.engine.llm import Model, Reply, model_for
 from pipeline.engine.outage import ModelCall
+from pipeline.engine.state_replay import StepState
 from pipeline.engine.step_sql import Claimed
 from pipeline.engine.toolcalls import ToolCall, record_proposals, run_tool_call
 from pipeline.engine.usage import Usage
@@ -214,6 +215,8 @@ class StepRunner:
         self.usage = Usage()
         """What this step's model calls used (journaled replies, replayed ones included): added
         to the run's counters by the checkpoint or the finish."""
+        self.state = StepState(loaded.run.state, settings.agent_state_max_bytes)
+        """The agent state as this step's tool calls leave it: written by the checkpoint."""
 
     def run(self, *, leave_unknown_agent: bool = False) -> StepResult:
         run, journal = self.loaded.run, self.loaded.journal
@@ -314,16 +317,17 @@ class StepRunner:
             )
             for b in uses
         ]
-        record_proposals(calls, agent, journal, self.settings)
+        record_proposals(calls, agent, journal, self.settings, self.state)
         for call in calls:
             self._keep_going(before_tool=True)
             self.calls_in_step += 1
-            run_tool_call(call, agent, journal, self.settings, self._keep_going)
+            run_tool_call(call, agent, journal, self.settings, self._keep_going, self.state)
         if dispatch.continues(reply):
             # Paused: the next step sends this content back as-is and the model continues it.
             return self._checkpoint(run, tool_calls=len(uses))
         messages = journal.messages(agent, run.input, before_step=run.step + 1, remember=False)
-        conversation = Conversation(input=run.input, messages=messages, state=run.state)
+        state = self.state.run_state()
+        conversation = Conversation(input=run.input, messages=messages, state=state)
         if agent.check_success is not None and not agent.check_success(conversation):
             with fenced(self.lease) as session:
                 note = {"text": dispatch.SUCCESS_CHECK_NOTE}
@@ -407,7 +411,8 @@ class StepRunner:
         lease = self.lease
         deferred = self.loaded.journal.take_deferred()  # the last tool result
         usage = self.usage.amounts()
-        handed_off = step_sql.checkpoint(run.id, lease.fence, tool_calls, usage, deferred)
+        state = self.state.to_checkpoint()
+        handed_off = step_sql.checkpoint(run.id, lease.fence, tool_calls, usage, deferred, state)
         if handed_off is None:
             raise LeaseLost(f"run {run.id}: fence {lease.fence} is no longer current")
         crash_point("after_checkpoint_before_enqueue")

@@ -144,10 +144,11 @@ def checkpoint(
     tool_calls: int,
     usage: dict[str, Any],
     entries: Sequence[Entry],
+    state: dict[str, Any] | None = None,
 ) -> float | None:
-    """End the step: step + 1, its counters, the lease given up and its deferred entries, in
-    one statement. When the run was handed to its next step (app.HANDED_OFF), or None when the
-    fence is gone (nothing written)."""
+    """End the step: step + 1, its counters, the lease given up, its deferred entries and the
+    agent state it changed (None: unchanged), in one statement. When the run was handed to its
+    next step (app.HANDED_OFF), or None when the fence is gone (nothing written)."""
     params = {
         "run_id": run_id,
         "fence": fence,
@@ -157,6 +158,7 @@ def checkpoint(
         "steps": [entry.step for entry in entries],
         "step_names": [entry.step_name for entry in entries],
         "payloads": [jsonb(entry.payload) for entry in entries],
+        "state": None if state is None else jsonb(state),
     }
     (checkpointed,) = pipelined([("checkpoint", params)])
     return float(checkpointed[0].handed_off) if checkpointed else None

@@ -17,13 +17,14 @@ from pipeline.engine import journal as jr
 from pipeline.engine.actions import TOOL_RETRY, perform, record_proposal
 from pipeline.engine.leases import Lease, fenced
 from pipeline.engine.once_journal import JournalOnce
+from pipeline.engine.state_replay import JOURNALED, StepState
 from pipeline.engine.timers import await_timer
 from pipeline.engine.versions import StepVersion
 from pipeline.errors import LeaseLost, PermanentError, TemporaryError
 from pipeline.logs import get_logger
 from pipeline.retry import call_with_retries
 from pipeline.settings import Settings
-from pipeline.tools import Tool, ToolContext, ToolOutput, once_scope
+from pipeline.tools import AgentState, Tool, ToolContext, ToolOutput, once_scope
 
 log = get_logger("nightshift.tools")
 
@@ -66,8 +67,10 @@ def run_tool_call(
     journal: jr.Journal,
     settings: Settings,
     keep_going: Callable[[], None],
+    state: StepState,
 ) -> dict[str, Any]:
-    """The journaled result payload of this tool call, executing it only if not journaled yet."""
+    """The journaled result payload of this tool call, executing it only if not journaled yet;
+    `state` follows the agent state the call left (run now, or replayed)."""
     name = call.block["name"]
     tool = agent.tool(name)
     label = name if tool is not None else "(unknown)"  # the model may name any tool
@@ -79,9 +82,11 @@ def run_tool_call(
     if journaled is not None:
         log.info("%s replayed from the journal", name)
         instruments.TOOL_CALLS.labels(call.agent, label, "replayed").inc()
+        state.follow(journaled)
         return journaled
     started = time.perf_counter()
-    payload = _call(call, tool, journal, settings, keep_going)
+    payload = _call(call, tool, journal, settings, keep_going, state)
+    state.follow(payload)
     result = "error" if payload["is_error"] else "ok"
     instruments.TOOL_CALLS.labels(call.agent, label, result).inc()
     instruments.TOOL_SECONDS.labels(call.agent, label).observe(time.perf_counter() - started)
@@ -94,6 +99,7 @@ def _call(
     journal: jr.Journal,
     settings: Settings,
     keep_going: Callable[[], None],
+    state: StepState,
 ) -> dict[str, Any]:
     name = call.block["name"]
     if tool is None:
@@ -104,7 +110,8 @@ def _call(
         return _record(call, journal, settings, error=invalid)
     if tool.wake_time is not None:
         await_timer(tool, call.block, call.lease, call.step, journal)
-    context = replace(_context(call, settings), keep_going=keep_going)
+    seen = state.for_call()
+    context = replace(_context(call, settings, seen), keep_going=keep_going)
     try:
         with once_scope(JournalOnce(call.lease, journal, call.step)):
             output = _execute(tool, call, context)
@@ -112,7 +119,7 @@ def _call(
         error = dispatch.failure(settings, name, exc)
         log.warning("tool %s", error)
         return _record(call, journal, settings, error=error)
-    return _record(call, journal, settings, output=output)
+    return _record(call, journal, settings, output=output, state=state.changed_by(seen))
 
 
 def _has_action(call: ToolCall, tool: Tool) -> bool:
@@ -122,7 +129,7 @@ def _has_action(call: ToolCall, tool: Tool) -> bool:
 
 
 def record_proposals(
-    calls: list[ToolCall], agent: Agent, journal: jr.Journal, settings: Settings
+    calls: list[ToolCall], agent: Agent, journal: jr.Journal, settings: Settings, state: StepState
 ) -> None:
     """Before any call of a reply runs: record each approval-requiring one as pending, so the
     run that parks on the first still shows the approver all of them."""
@@ -135,14 +142,15 @@ def record_proposals(
             continue
         if dispatch.invalid_arguments(tool, call.block.get("input")):
             continue
-        context = _context(call, settings)
+        context = _context(call, settings, state.for_call())
         record_proposal(tool, call, context)
 
 
-def _context(call: ToolCall, settings: Settings) -> ToolContext:
+def _context(call: ToolCall, settings: Settings, state: AgentState) -> ToolContext:
     return dispatch.context_for(
-        call.run_id, call.agent, call.block, settings, call.run_input, batch_id=call.batch_id
-    )
+        call.run_id, call.agent, call.block, settings, call.run_input, batch_id=call.batch_id,
+        state=state,
+    )  # fmt: skip
 
 
 def _execute(tool: Tool, call: ToolCall, context: ToolContext) -> ToolOutput:
@@ -164,8 +172,11 @@ def _record(
     *,
     output: ToolOutput | None = None,
     error: str | None = None,
+    state: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Journal the result (an artifact if large) and count the tool call, in one fenced write."""
+    """Journal the result (an artifact if large) and count the tool call, in one fenced write;
+    `state`: the agent state the call left, journaled with its result unless that is an error
+    (a failed call changes nothing)."""
     artifact: artifacts.Pending | None = None
     if error is None:
         try:
@@ -178,6 +189,8 @@ def _record(
     if error is not None:
         content = dispatch.scrub(settings, error)
     payload = dispatch.result_payload(call.block, content, is_error=error is not None)
+    if error is None and state is not None:
+        payload[JOURNALED] = state
     name, lease = call.block["name"], call.lease
     if artifact is not None:  # the artifact and its entry in one fenced transaction
         with fenced(lease) as session:

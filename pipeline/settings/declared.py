@@ -165,6 +165,11 @@ class Declared:
         "NIGHTSHIFT_ARTIFACT_MAX_BYTES", 4 * 1024 * 1024, parse=o.count(1),
         help="largest artifact kept; a larger report is refused and the model is told why",
     )
+    agent_state_max_bytes: int = setting(
+        "NIGHTSHIFT_AGENT_STATE_MAX_BYTES", 64 * 1024, parse=o.count(1),
+        help="largest agent state (a run's plan and facts, as compact JSON); a tool's change "
+        "past it is refused (the tool's error) and the state stays as it was",
+    )
     anthropic_api_key: str | None = setting(
         "ANTHROPIC_API_KEY", None, parse=o.text, secret=True,
         help="set: the real Messages API through the `anthropic` SDK; unset: the scripted model",

@@ -33,7 +33,7 @@ from pipeline.testing.database import RunDatabase, data_dir, give_back, take
 from pipeline.testing.handoff import InProcessQueue
 from pipeline.testing.records import Action, Call, CannedReply, Stub
 from pipeline.testing.stand_ins import Recorder, stand_in_agent
-from pipeline.tools import ToolContext
+from pipeline.tools import AgentState, ToolContext
 
 DECIDED_VIA = "pipeline.testing"
 """How a test's decisions are recorded in the action's audit trail."""
@@ -71,14 +71,18 @@ def tool_context(
     config: Mapping[str, str] | None = None,
     tool_use_id: str = "toolu_test",
     batch_id: str | None = None,
+    state: Mapping[str, Any] | None = None,
 ) -> ToolContext:
     """The context a tool of `agent` gets in a run with this input, to call one tool directly:
     `mail_digest.action_key(args, tool_context(AGENT, RUN))`, `read_handover.run(...)`.
-    `batch_id`: the batch the run belongs to (a child's, or the one it is the synthesis of)."""
+    `batch_id`: the batch the run belongs to (a child's, or the one it is the synthesis of).
+    `state`: the agent state the call finds (`context.state`; read what it left with
+    `context.state.document()`)."""
     block = {"id": tool_use_id, "name": "", "input": {}}
     settings = Settings.from_env({config_variable(k): v for k, v in (config or {}).items()})
+    seen = AgentState(state, settings.agent_state_max_bytes)
     return dispatch.context_for(
-        uuid.uuid4(), agent.name, block, settings, run_input, batch_id=batch_id
+        uuid.uuid4(), agent.name, block, settings, run_input, batch_id=batch_id, state=seen
     )
 
 
@@ -186,7 +190,8 @@ class AgentRun:
 
     @property
     def state(self) -> dict[str, Any]:
-        """The run's small structured state (its artifacts' references among it)."""
+        """The run's small structured state as its last checkpoint left it: the agent state its
+        tools kept (a plan, facts) and its artifacts' references (`artifacts`)."""
         return self._run().state
 
     @property

@@ -3,12 +3,14 @@ parameters), whether they touch the world (SideEffect), and `once` for a value a
 not change. Every mistake a tool author can make here is a DefinitionError naming the tool.
 
 The modules, each re-exported here under its public names (`from pipeline.tools import X`):
-`context` (what a tool gets and returns), `arguments` (how it takes its arguments),
-`side_effects` (SideEffect), `definition` (Tool and @tool), `once_per_key` (once: one value
-per key, once journaled), `timer` (check_back_in), `service_replays` (a send's service
-saying it already had the key)."""
+`context` (what a tool gets and returns), `agent_state` (the run's plan and facts, which a
+tool reads and writes), `arguments` (how it takes its arguments), `side_effects`
+(SideEffect), `definition` (Tool and @tool), `once_per_key` (once: one value per key, once
+journaled), `timer` (check_back_in), `service_replays` (a send's service saying it already
+had the key)."""
 
 from pipeline.errors import OnceOutsideStep
+from pipeline.tools.agent_state import AgentState
 from pipeline.tools.arguments import Arguments, ModelArguments, SchemaArguments
 from pipeline.tools.context import ArtifactRequest, ToolContext, ToolOutput
 from pipeline.tools.definition import TOOL_NAME, Tool, ToolFunction, tool
@@ -22,6 +24,8 @@ __all__ = [  # noqa: RUF022 -- grouped by module, as dramatiq does
     "ArtifactRequest",
     "ToolContext",
     "ToolOutput",
+    # agent state
+    "AgentState",
     # arguments
     "Arguments",
     "ModelArguments",

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pipeline.settings import Settings
+from pipeline.tools.agent_state import AgentState
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class ToolContext:
     idempotency_key: str | None = None
     """Set for side-effecting tools (and their lookup): send it to the service, e.g. as
     `Idempotency-Key`. Already namespaced by agent (see SideEffect.namespace)."""
+    state: AgentState = field(default_factory=AgentState, repr=False)
+    """The run's agent state (a plan, facts): `state.get("plan")`, `state.set("plan", [...])`;
+    this call's changes are kept if it returns a result (docs/agents.md, "Agent state")."""
     keep_going: Callable[[], None] = field(default=lambda: None, repr=False)
     """Long tools call this between chunks of work: it raises (past any `except Exception`)
     when the run was cancelled, passed its deadline or lost its lease."""

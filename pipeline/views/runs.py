@@ -13,6 +13,7 @@ from pipeline.db import read_only
 from pipeline.errors import AmbiguousRunId, RunNotFound
 from pipeline.keys import retried_run, retry_key
 from pipeline.runs.summaries import describe, summarize
+from pipeline.tools.agent_state import agent_part
 
 RUN_FIELDS = (
     "id", "agent", "status", "step", "max_steps", "tool_calls", "input_tokens", "output_tokens",
@@ -122,6 +123,7 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
                 "input": run.input,
                 "result": run.result,
                 "state": run.state,
+                "agent_state": agent_part(run.state),
                 "retry_of": plain(retried_run(run.idempotency_key)),
                 "retried_as": [
                     {"id": str(retry), "status": status.value}
