@@ -32,7 +32,9 @@ def summarize(key: str, payload: dict[str, Any]) -> str:
         return f"reply cut off at max_tokens={payload.get('max_tokens')} ({out} tok); asked again"
     if kind is EntryKind.TOOL:
         status = "error" if payload.get("is_error") else "ok"
-        return f"{payload.get('name')} -> {status}: {str(payload.get('content'))[:70]!r}"
+        line = f"{payload.get('name')} -> {status}: {str(payload.get('content'))[:70]!r}"
+        kept = payload.get("state")  # the agent state the call left (engine/state_replay.py)
+        return line if kept is None else f"{line}; state: {', '.join(sorted(kept)) or 'empty'}"
     return str(payload.get("text", ""))[:90]
 
 

@@ -59,6 +59,7 @@ def test_a_plan_survives_a_worker_killed_in_the_next_step_and_is_applied_once(
     assert main(["show", str(run_id)]) == 0
     shown = capsys.readouterr().out
     assert "agent state (as the last checkpoint left it):" in shown and '"review"' in shown
+    assert "tick_off -> ok: '{\"done\": 3, \"of\": 3}'; state: done, plan" in shown
     api = client(AUTH)
     assert api.get(f"/runs/{run_id}").json()["run"]["agent_state"] == KEPT
     browser = client()

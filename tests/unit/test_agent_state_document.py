@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.engine.state_replay import StepState
 from pipeline.errors import AgentStateTooLarge, PermanentError
+from pipeline.runs.summaries import summarize
 from pipeline.tools import AgentState
 from pipeline.tools.agent_state import size_of
 
@@ -73,3 +74,12 @@ def test_a_step_follows_the_journaled_calls_and_checkpoints_only_a_change() -> N
     # then the checkpoint writes the last document, and the run's state keeps its artifacts
     assert step.to_checkpoint() == {"plan": ["a", "b"], "done": ["a"]}
     assert step.run_state() == {**left, "artifacts": {"report": {"id": 1}}}
+
+
+def test_the_timeline_names_the_keys_a_call_left() -> None:
+    result = {"name": "tick_off", "content": "ok", "is_error": False}
+
+    assert summarize("tool:toolu_1", result) == "tick_off -> ok: 'ok'"
+    left = summarize("tool:toolu_1", {**result, "state": {"plan": [], "done": []}})
+    assert left == "tick_off -> ok: 'ok'; state: done, plan"
+    assert summarize("tool:toolu_1", {**result, "state": {}}).endswith("; state: empty")
