@@ -11,8 +11,9 @@ settled that key: a person ends this run), `model:<model>` (the model provider i
 down: waiting out the outage), `turn:<agent>` (the agent's max_concurrent_runs are busy),
 `rate:<model>` (the model's rate limits: waiting for the time reserved for the call).
 Run keys: `<schedule>:<slot>`, `event:<source>:<event id>`, `<batch>:child:<n>`,
-`<batch>:synthesis`, `retry-of:<run id>` (the retry of a failed or cancelled run): forms a
-caller's key may not take (runtime_run_key).
+`<batch>:synthesis`, `retry-of:<run id>` (the retry of a failed or cancelled run),
+`fork-of:<run id>:<step>` (a finished run forked from one of its steps): forms a caller's key
+may not take (runtime_run_key).
 """
 
 from __future__ import annotations
@@ -228,6 +229,34 @@ def retried_run(key: str | None) -> uuid.UUID | None:
         return None
 
 
+FORK_PREFIX = "fork-of:"
+
+
+@dataclass(frozen=True)
+class ForkOf:
+    """What a fork's key names: the run it was forked from, and the step it went on live at."""
+
+    run_id: uuid.UUID
+    step: int
+
+
+def fork_key(run_id: uuid.UUID, step: int) -> str:
+    """`fork-of:<run id>:<step>`: the key of a run's fork from `step`, so a run is forked from
+    a step once (asking again answers with that fork) and each fork names its origin."""
+    return f"{FORK_PREFIX}{run_id}:{step}"
+
+
+def forked_from(key: str | None) -> ForkOf | None:
+    """The run and step a fork's key names, None for any other key."""
+    if key is None or not key.startswith(FORK_PREFIX):
+        return None
+    run, _, step = key.removeprefix(FORK_PREFIX).partition(":")
+    try:
+        return ForkOf(uuid.UUID(run), int(step))
+    except ValueError:
+        return None
+
+
 _CHILD_END = re.compile(r":child:[0-9]+$")
 _SLOT_END = re.compile(r":[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?\+00:00$")
 
@@ -238,6 +267,8 @@ def runtime_run_key(key: str) -> str | None:
     (its join then fails on the key), a slot's run, an event's, a retry."""
     if key.startswith(RETRY_PREFIX):
         return f"keys starting {RETRY_PREFIX!r} are the retries' own (nightshift runs retry RUN)"
+    if key.startswith(FORK_PREFIX):
+        return f"keys starting {FORK_PREFIX!r} are the forks' own (nightshift runs fork RUN)"
     if key.startswith("event:"):
         return "keys starting 'event:' are external events' own (POST /events/<source>)"
     if batch_of_synthesis(key) is not None or _CHILD_END.search(key):

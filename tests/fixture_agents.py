@@ -31,9 +31,11 @@ from pipeline.agents.documents import document_tool
 from pipeline.agents.services import (
     EMAIL,
     GITHOST,
+    WEB,
     email_effect,
     find_pull_of_action,
     open_pull_request,
+    read_json,
     send_email,
 )
 from pipeline.tools import Tool
@@ -537,3 +539,64 @@ def read_acme_ticket(args: dict[str, Any], context: ToolContext) -> dict[str, An
 
 ACME_TRIAGE = dataclasses.replace(ECHO, name="acme_triage", tools=(read_acme_ticket,))
 """An agent whose tool needs a team's own setting, NIGHTSHIFT_CONFIG_ACME_URL."""
+
+
+# -- a run worth forking: two emails, a status read, and an email of that status -------------
+
+
+def _email_team(context: ToolContext, subject: str) -> dict[str, Any]:
+    return send_email(context, f"{context.run_input['team']}@example.com", subject, subject)
+
+
+@tool(
+    description="Email the team one part of the report.",
+    schema={"type": "object", "properties": {"part": {"type": "integer"}}, "required": ["part"]},
+    side_effect=email_effect(lambda a, c: f"{c.run_input['id']}:part-{a['part']}"),
+    needs=(EMAIL,),
+)
+def send_part(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return _email_team(context, f"Part {args['part']}")
+
+
+@tool(
+    description="Read the service's status page (read-only): its title.",
+    schema={"type": "object", "properties": {}},
+    needs=(WEB,),
+)
+def read_status(args: dict[str, Any], context: ToolContext) -> str:
+    return str(read_json(context, WEB, "/sources/status")["title"])
+
+
+@tool(
+    description="Email the team the service's status.",
+    schema={"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]},
+    side_effect=email_effect(lambda a, c: f"{c.run_input['id']}:status:{a['status']}"),
+    needs=(EMAIL,),
+)
+def send_status(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    return _email_team(context, f"Status: {args['status']}")
+
+
+def _parts_then_status(conversation: Conversation) -> list[dict[str, Any]]:
+    """Step 0 and 1 email a part each, step 2 reads the status page, step 3 emails what it
+    said, step 4 answers."""
+    turn = conversation.assistant_turns()
+    if turn < 2:
+        return [tool_use(turn, 0, "send_part", {"part": turn + 1})]
+    if turn == 2:
+        return [tool_use(turn, 0, "read_status", {})]
+    status = conversation.tool_results()[2]["content"]
+    if turn == 3:
+        return [tool_use(turn, 0, "send_status", {"status": status})]
+    return [text(f"Sent parts 1 and 2 and the status ({status}).")]
+
+
+STATUS_REPORTER = Agent(
+    name="status_reporter",
+    system="You send a report in parts, then the service's status.",
+    instructions="Email parts 1 and 2, read the status page, email its status.",
+    tools=(send_part, read_status, send_status),
+    input_schema={"type": "object", "required": ["team", "id"]},
+    script=_parts_then_status,
+)
+"""Steps 0-1 confirm an email each, step 2 reads a page, step 3 emails what the page said."""

@@ -299,3 +299,24 @@ RETURNING runs.id, runs.batch_id
 UPDATE runs SET outcome_published = true, updated_at = now()
  WHERE id = ANY(CAST(%(run_ids)s AS uuid[]))
 ;
+
+-- name: fork_from_step
+-- A fork (pipeline/runs/fork.py) takes its origin's journal before `step`, in the transaction
+-- that created it and before its first step is sent: its steps before `step` are replayed from
+-- these entries as a takeover replays a run's own (the conversation rebuilt, no model call or
+-- tool run again), and its first step is `step`. Only while the fork is untouched (never
+-- claimed, at step 0). The entries are copied in the origin's order. Returns how many.
+WITH fork AS (
+    UPDATE runs SET step = %(step)s, updated_at = now()
+     WHERE id = %(fork_id)s AND fence = 0 AND step = 0
+    RETURNING id
+), copied AS (
+    INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
+    SELECT fork.id, j.key, j.step, j.step_name, j.payload, j.compacted
+      FROM fork, journal j
+     WHERE j.run_id = %(origin_id)s AND j.step < %(step)s
+     ORDER BY j.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fork) AS forked, (SELECT count(*) FROM copied) AS entries
+;

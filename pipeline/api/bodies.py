@@ -91,6 +91,15 @@ class CancelRequest(BaseModel):
     reason: str = Field(default="cancelled", min_length=1, max_length=64)
 
 
+class ForkRequest(BaseModel):
+    """Where the fork goes on live: the steps before it are replayed from the run's journal."""
+
+    model_config = ConfigDict(extra="forbid")
+    from_step: int = Field(
+        ge=0, le=1_000_000, description="numbered as the run's journal numbers them (from 0)"
+    )
+
+
 class ApprovalDecision(BaseModel):
     """A decision on the action as the approver saw it: its run and its arguments' hash (as
     `GET /runs/{run_id}` lists them under `actions`, and the status page shows them), so that

@@ -19,6 +19,7 @@ from pipeline.cli.waiting import wait_and_report
 from pipeline.errors import NightshiftError
 from pipeline.registry import get_agent
 from pipeline.runs.deadlines import parse_deadline
+from pipeline.runs.fork import fork_run
 from pipeline.runs.retry import retry_run
 from pipeline.runs.start import start_run
 from pipeline.runs.tick import tick
@@ -74,6 +75,8 @@ def _warn_unset_needs(agent: str) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     if args.verb == "retry":
         return cmd_retry(args)
+    if args.verb == "fork":
+        return cmd_fork(args)
     rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
     if args.json:
         print_json(rows)
@@ -104,6 +107,21 @@ def cmd_retry(args: argparse.Namespace) -> int:
     else:
         print(f"run {origin} was already retried as run {started.run_id}; nothing new started "
               "(retry that one if it failed too)")  # fmt: skip
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    origin = resolve_run_id(args.run)
+    fork = fork_run(origin, args.from_step, by=_os_user())
+    started = fork.started
+    if args.json:
+        print_json({"run_id": str(started.run_id), "created": started.created,
+                    "fork_of": str(origin), "from_step": fork.step})  # fmt: skip
+    elif started.created:
+        print(f"started run {started.run_id}, a fork of run {origin} from step {fork.step}")
+    else:
+        print(f"run {origin} was already forked from step {fork.step} as run "
+              f"{started.run_id}; nothing new started")  # fmt: skip
     return 0
 
 
@@ -165,6 +183,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     if run["retried_as"]:
         chain = ", then ".join(f"{r['id']} ({r['status']})" for r in run["retried_as"])
         print(f"retried as run {chain}")
+    if run["fork_of"]:
+        print(f"fork of run {run['fork_of']['id']} from step {run['fork_of']['from_step']}")
+    for fork in run["forks"]:
+        print(f"forked from step {fork['from_step']} as run {fork['id']} ({fork['status']})")
     updated = datetime.fromisoformat(run["updated_at"])
     why = stall(run["status"], run["lease_owner"], updated, queue_liveness(), get_settings())
     if why is not None:
@@ -225,7 +247,12 @@ def register(add: AddCommand) -> None:
     start.add_argument("--timeout", type=float, help="with --wait: give up after S seconds")
     start.add_argument("--json", action="store_true")
 
-    runs = add("runs", cmd_runs, "list runs, newest first; or retry one (`runs retry RUN`)")
+    runs = add(
+        "runs",
+        cmd_runs,
+        "list runs, newest first; or retry one (`runs retry RUN`), or fork one from a step "
+        "(`runs fork RUN --from-step N`)",
+    )
     runs.add_argument("--status")
     runs.add_argument("--agent")
     runs.add_argument("--batch")
@@ -239,6 +266,21 @@ def register(add: AddCommand) -> None:
     )
     retry.add_argument("run", help="run id, or its first characters (at least 4)")
     retry.add_argument("--json", action="store_true")
+    fork = verbs.add_parser(
+        "fork",
+        help="start a finished run again from one of its steps, as a new run whose key names it "
+        "(fork-of:RUN:N): the steps before N are replayed from RUN's journal (nothing they did is "
+        "asked or sent again), step N on is live; asked again, it answers with that same fork",
+    )
+    fork.add_argument("run", help="run id, or its first characters (at least 4)")
+    fork.add_argument(
+        "--from-step",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the first step to run live, numbered as `nightshift show` numbers them (from 0)",
+    )
+    fork.add_argument("--json", action="store_true")
 
     show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
     show.add_argument("run", help="run id, or its first characters (at least 4)")

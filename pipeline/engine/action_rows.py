@@ -24,6 +24,8 @@ from pipeline.db import after_commit
 from pipeline.engine.dispatch import COUNTED, NewAction, cap_refusal
 from pipeline.engine.leases import Lease, fenced
 from pipeline.errors import StatusConflict
+from pipeline.keys import forked_from
+from pipeline.runs.obligations import NIGHTSHIFT
 from pipeline.tools import ToolOutput
 
 
@@ -99,7 +101,9 @@ def check_cap_txn(session: Session, new: NewAction) -> None:
 def record_txn(session: Session, new: NewAction) -> ActionView:
     """Save the key before anything is sent. An existing row is left as it is, unless it was
     released or withdrawn: then this run takes the key over, afresh (its own arguments, its own
-    approval). Refused (PermanentError) past the run's cap for the service."""
+    approval); or it is the open action (outcome unknown) of the run this one was forked from:
+    then this run carries it on as it stands. Refused (PermanentError) past the run's cap for
+    the service."""
     check_cap_txn(session, new)
     values = {
         "key": new.key,
@@ -116,9 +120,24 @@ def record_txn(session: Session, new: NewAction) -> ActionView:
     recorded = statements.first(session, "record_action", id=uuid.uuid4(), **values)
     if recorded is None:  # released or withdrawn: this run takes it over
         recorded = statements.first(session, "take_over_action", **values)
+    if recorded is None:  # the fork's origin left it open: the fork reconciles it
+        statements.first(
+            session, "take_over_from_origin", key=new.key, run_id=new.run_id,
+            tool_use_id=new.tool_use_id, by=NIGHTSHIFT, via="the run it was forked from ended",
+        )  # fmt: skip
     if recorded is not None:
         after_commit(session, instruments.ACTIONS.labels(new.first_state.value).inc)
     return view_txn(session, new.key)
+
+
+def origin_of(lease: Lease) -> uuid.UUID | None:
+    """The run this run was forked from (its key names it), None for a run that is no fork."""
+    with fenced(lease) as session:
+        key = session.execute(
+            select(Run.idempotency_key).where(Run.id == lease.run_id)
+        ).scalar_one_or_none()
+    origin = forked_from(key)
+    return None if origin is None else origin.run_id
 
 
 def of_call(lease: Lease, tool_use_id: str) -> ActionView | None:

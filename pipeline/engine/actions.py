@@ -10,7 +10,8 @@ that means the same key waits in needs_attention, naming both runs, while the ow
 hand; once the service settled it (done, or refused), it learns that outcome, the effect
 meaning the same. Never a decision a person made for the other run: a rejection, or an
 approved action of other arguments than this call's (what a person approved is that run's
-call as they saw it). Then it stays parked for a person.
+call as they saw it). Then it stays parked for a person. A fork (pipeline/runs/fork.py) is
+no other run to its origin: it meets the origin's actions as its own record.
 """
 
 from __future__ import annotations
@@ -176,11 +177,13 @@ def _record(call: ToolCall, tool: Tool, key: str, context: ToolContext) -> Actio
 
 
 def _settled_elsewhere(call: ToolCall, tool: Tool, action: ActionView) -> ToolOutput | None:
-    """None when the action is this run's to carry on. Another run's action that the service
+    """None when the action is this run's to carry on, or its origin's: a fork's origin's
+    actions are the fork's own past, settled as their record says (done, failed or rejected
+    there), never sent again and never a conflict. Another run's action that the service
     settled gives its outcome (the effect is not repeated), unless a person's decision stands
     between: an approved action counts only for the very same call (tool and arguments).
     Anything else parks this run, naming both runs."""
-    mine = action.run_id == call.run_id
+    mine = action.run_id == call.run_id or action.run_id == rows.origin_of(call.lease)
     if mine and dispatch.carries_on(tool, action.tool, action.requires_approval):
         return None
     key = action.key

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from models import Action, Artifact, JournalEntry, Run, RunStatus, artifact_url
 from pipeline.db import read_only
 from pipeline.errors import AmbiguousRunId, RunNotFound
-from pipeline.keys import retried_run, retry_key
+from pipeline.keys import fork_key, forked_from, retried_run, retry_key
 from pipeline.runs.summaries import describe, summarize
 from pipeline.tools.agent_state import agent_part
 
@@ -129,6 +129,8 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
                     {"id": str(retry), "status": status.value}
                     for retry, status in retries_of(session, run_id)
                 ],
+                "fork_of": fork_of(run.idempotency_key),
+                "forks": forks_of(session, run_id, run.step),
             },
             "journal": [
                 {
@@ -183,3 +185,24 @@ def retries_of(session: Session, run_id: uuid.UUID) -> list[tuple[uuid.UUID, Run
         chain.append((found.id, found.status))
         current = found.id
     return chain
+
+
+def fork_of(key: str | None) -> dict[str, Any] | None:
+    """The run and step a fork was forked from, None for a run that is no fork."""
+    origin = forked_from(key)
+    return None if origin is None else {"id": str(origin.run_id), "from_step": origin.step}
+
+
+def forks_of(session: Session, run_id: uuid.UUID, steps: int) -> list[dict[str, Any]]:
+    """The run's forks, by the step each went on live from (a lookup of each step's unique key:
+    a run is forked from a step once, and never from past the step it ended in)."""
+    keys = [fork_key(run_id, step) for step in range(steps + 1)]
+    found = session.execute(
+        select(Run.id, Run.status, Run.idempotency_key).where(Run.idempotency_key.in_(keys))
+    ).all()
+    forks = [
+        {"id": str(fork.id), "status": fork.status.value, "from_step": origin.step}
+        for fork in found
+        if (origin := forked_from(fork.idempotency_key)) is not None
+    ]
+    return sorted(forks, key=lambda fork: (fork["from_step"], fork["id"]))

@@ -1,5 +1,5 @@
 """/runs: start a run (optionally waiting for its outcome), list them, show one, cancel one,
-retry one, and its progress as Server-Sent Events."""
+retry one, fork one from a step, and its progress as Server-Sent Events."""
 
 from __future__ import annotations
 
@@ -11,14 +11,22 @@ from fastapi.responses import StreamingResponse
 
 from models import RunStatus
 from pipeline.api import listen, sse
-from pipeline.api.bodies import CancelRequest, RunOutcomeBody, StartedBody, StartRun, failures
+from pipeline.api.bodies import (
+    CancelRequest,
+    ForkRequest,
+    RunOutcomeBody,
+    StartedBody,
+    StartRun,
+    failures,
+)
 from pipeline.api.guards import Caller, require_caller
 from pipeline.api.tokens import still_valid
 from pipeline.keys import MAX_KEY_LENGTH
 from pipeline.runs.cancel import cancel_run
 from pipeline.runs.deadlines import parse_deadline
+from pipeline.runs.fork import fork_run
 from pipeline.runs.retry import retry_run
-from pipeline.runs.start import start_run
+from pipeline.runs.start import StartedRun, start_run
 from pipeline.views.feed import Subject
 from pipeline.views.runs import list_runs, resolve_run_id, show_run
 
@@ -122,7 +130,33 @@ def retry(run_id: str, who: Caller, response: Response) -> StartedBody:
     once: asking again answers with that retry (200); retry the retry if it failed too. A run
     that is not failed or cancelled, or whose input retention redacted, is a 409."""
     retried = retry_run(resolve_run_id(run_id), by=who.actor.identity)
-    started = retried.started
+    return _new_run(retried.started, response)
+
+
+@authed.post(
+    "/runs/{run_id}/fork",
+    status_code=201,
+    response_model=StartedBody,
+    response_model_exclude_unset=True,
+    tags=["runs"],
+    responses={
+        200: {"model": StartedBody, "description": "The run's earlier fork from that step."},
+        **failures(401, 404, 409, 422),
+    },
+)
+def fork(run_id: str, body: ForkRequest, who: Caller, response: Response) -> StartedBody:
+    """Start a finished run again from one of its steps, as a new run under the key
+    `fork-of:<run id>:<step>`: its steps before `from_step` are replayed from the run's journal
+    (no model call or side effect of theirs is made again), and it goes on live from
+    `from_step`. `GET /runs/{run_id}` of each names the other (`fork_of`, `forks`). Asked again
+    for the same step, it answers with that fork (200). A run that has not finished, or whose
+    journal retention compacted, is a 409; a step the run never reached, a 422."""
+    forked = fork_run(resolve_run_id(run_id), body.from_step, by=who.actor.identity)
+    return _new_run(forked.started, response)
+
+
+def _new_run(started: StartedRun, response: Response) -> StartedBody:
+    """A run a retry or a fork started (201), or the one it had started before (200)."""
     response.headers["Location"] = f"/runs/{started.run_id}"
     if not started.created:
         response.status_code = 200
