@@ -555,7 +555,9 @@ def _email_team(context: ToolContext, subject: str) -> dict[str, Any]:
     needs=(EMAIL,),
 )
 def send_part(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-    return _email_team(context, f"Part {args['part']}")
+    sent = _email_team(context, f"Part {args['part']}")
+    context.state.set("parts_sent", [*context.state.get("parts_sent", []), args["part"]])
+    return sent
 
 
 @tool(

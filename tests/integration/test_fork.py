@@ -112,6 +112,7 @@ def test_a_fork_from_step_2_sends_nothing_already_done_and_goes_on_live(
     assert sandbox.web.requests()["/sources/status"] == 2
     assert row.idempotency_key == f"fork-of:{origin}:2"
     assert journal_keys(fork)[:4] == journal_keys(origin)[:4]
+    assert show_run(fork)["run"]["agent_state"] == {"parts_sent": [1, 2]}  # as steps 0-1 left it
     assert [step for step, _ in journal_keys(fork)] == [0, 0, 1, 1, 2, 2, 3, 3, 4]
     # and each names the other, in the API's record and in `nightshift show`
     assert show_run(fork)["run"]["fork_of"] == {"id": str(origin), "from_step": 2}
