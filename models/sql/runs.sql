@@ -202,7 +202,7 @@ UPDATE runs
 -- a grace: updated_at is its transaction's start, and the message goes after the commit, so
 -- under load two hand-offs reach the queue in the other order. Each one opens a `resumptions`
 -- row (at most one open per run), recording when the run stopped moving; the claim that picks
--- it up closes it (step.sql close_resumption). An expired lease is a failed attempt of the
+-- it up closes it (schema.sql nightshift_claim). An expired lease is a failed attempt of the
 -- run's step (nightshift_failed_attempt); a run that only lost its message keeps its count.
 WITH picked AS (
     SELECT id, lease_expires_at, updated_at FROM runs

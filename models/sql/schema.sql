@@ -187,6 +187,165 @@ BEGIN
     failed_step := run.step;
 END $$;
 
+-- What a step's stop checks read before a model or tool call (pipeline/engine/limits.py), as
+-- one JSON object: cancellation, the deadline, the run's spend, its batch's (summed only when
+-- the batch has a cap) and its night's (summed only when `night_capped`: a nightly cap is set;
+-- a night runs noon to noon in `night_timezone`), and, under a nightly cap, whether the run is
+-- the synthesis of a batch the night stopped (`night_stopped`), found by its key's batch id
+-- (`<batch>:synthesis`). One definition for the three statements that read it (step.sql's
+-- claim, journal_reply and limits). JSON, not a row type: its callers take it whole.
+CREATE OR REPLACE FUNCTION nightshift_limits(
+    limited_run uuid, night_capped boolean, night_timezone text, night_warning text,
+    night_stopped text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+SELECT to_jsonb(l) FROM (
+SELECT r.cancel_requested,
+       r.cancel_requested_by,
+       coalesce(r.deadline <= now(), false) AS past_deadline,
+       r.tool_calls,
+       r.input_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens
+           + r.output_tokens AS tokens,
+       r.cost_usd,
+       r.batch_id,
+       b.status AS batch_status,
+       b.stop_reason AS batch_stop_reason,
+       b.token_cap AS batch_token_cap,
+       b.cost_cap_usd AS batch_cost_cap,
+       b.tool_call_cap AS batch_tool_call_cap,
+       batch.tokens AS batch_tokens,
+       batch.cost_usd AS batch_cost_usd,
+       batch.tool_calls AS batch_tool_calls,
+       night.name AS night,
+       night.tokens AS night_tokens,
+       night.cost_usd AS night_cost_usd,
+       night.warned AS night_warned,
+       -- right(), not LIKE: this file reaches the driver as it is, and a percent sign there
+       -- would read as a placeholder.
+       night_capped AND right(r.idempotency_key, length(':synthesis')) = ':synthesis' AND EXISTS (
+           SELECT 1 FROM batches s
+            WHERE s.id = left(r.idempotency_key, -length(':synthesis'))
+              AND s.synthesis_run_id = r.id AND s.stop_reason = night_stopped
+       ) AS sums_up_stopped_night
+  FROM runs r
+  LEFT JOIN batches b ON b.id = r.batch_id
+  LEFT JOIN LATERAL (
+        SELECT coalesce(sum(c.input_tokens + c.cache_creation_input_tokens
+                            + c.cache_read_input_tokens + c.output_tokens), 0) AS tokens,
+               coalesce(sum(c.cost_usd), 0) AS cost_usd,
+               coalesce(sum(c.tool_calls), 0) AS tool_calls
+          FROM runs c
+         WHERE c.batch_id = b.id
+           AND (b.token_cap IS NOT NULL OR b.cost_cap_usd IS NOT NULL
+                OR b.tool_call_cap IS NOT NULL)
+  ) batch ON true
+  LEFT JOIN LATERAL (
+        SELECT to_char(w.night, 'YYYY-MM-DD') AS name,
+               coalesce(sum(n.input_tokens + n.cache_creation_input_tokens
+                            + n.cache_read_input_tokens + n.output_tokens), 0) AS tokens,
+               coalesce(sum(n.cost_usd), 0) AS cost_usd,
+               EXISTS (SELECT 1 FROM alerts
+                        WHERE kind = night_warning AND subject = 'night:' || w.night) AS warned
+          FROM (SELECT CAST((r.created_at AT TIME ZONE night_timezone)
+                            - interval '12 hours' AS date) AS night) w
+          LEFT JOIN runs n
+            ON n.created_at >= (w.night + time '12:00') AT TIME ZONE night_timezone
+           AND n.created_at < (w.night + 1 + time '12:00') AT TIME ZONE night_timezone
+         WHERE night_capped
+         GROUP BY w.night
+  ) night ON true
+ WHERE r.id = limited_run
+) l
+$$;
+
+-- A step's claim and everything it loads, in one call (step.sql's `claim`): one statement
+-- for the step's first round trip, where five cost the worker a statement's driver work each.
+-- Take the run if it is runnable and nobody holds a live lease, or its holder is `dead_holder`
+-- (a process the worker knows is gone; NULL: none). Taking it from a holder is a failed
+-- attempt of its step, recorded in the same UPDATE (nightshift_failed_attempt, reading the row
+-- as it was); a lapsed lease also records when the run stopped moving (`resumptions`), unless
+-- the tick found it first (then the lease was already given up). FOR UPDATE returns the row as
+-- it is once its lock is ours, so a tick that committed meanwhile is seen.
+-- `took`: {fence, taken_from, lapsed_seconds, resumed_cause, resumed_seconds} (NULL: not
+-- claimed: a duplicate delivery, or another worker holds it; `run` then says who, in
+-- lease_owner); `run`: the run as a step needs it (`synthesis_of`: the batch whose synthesis
+-- the fan-out started as this run); `limits`: nightshift_limits; `entries`: the journal
+-- entries after `after_entry` (the last one the worker has read), in order.
+-- PL/pgSQL, not one SQL statement: each statement below takes its own snapshot, so the
+-- resumption row a tick committed while the claim waited for the run's lock is seen and
+-- closed (only the holder of a live lease closes it), and what is loaded is the run as claimed.
+CREATE OR REPLACE FUNCTION nightshift_claim(
+    claimed_run uuid, claimer text, lease_seconds float8, dead_holder text, after_entry bigint,
+    night_capped boolean, night_timezone text, night_warning text, night_stopped text,
+    OUT took jsonb, OUT run jsonb, OUT limits jsonb, OUT entries jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    closed jsonb;
+BEGIN
+    WITH prior AS (
+        SELECT id, fence, lease_expires_at, lease_owner FROM runs
+         WHERE id = claimed_run
+           AND status = 'running'
+           AND (lease_expires_at IS NULL OR lease_expires_at < now()
+                OR lease_owner = dead_holder)
+           FOR UPDATE
+    ), lapsed AS (
+        INSERT INTO resumptions (run_id, cause, lost_at, resumed_at, fence)
+        SELECT id, 'lease_expired', lease_expires_at, now(), fence + 1
+          FROM prior
+         WHERE lease_expires_at < now()
+    )
+    UPDATE runs
+       SET fence = runs.fence + 1,
+           lease_owner = claimer,
+           lease_expires_at = now() + make_interval(secs => lease_seconds),
+           attempt = runs.attempt + 1,
+           updated_at = now(),
+           (failed_attempts, failures, failed_step) = (
+               SELECT * FROM nightshift_failed_attempt(runs, 'crashed_worker',
+                                                       prior.lease_owner IS NOT NULL,
+                                                       prior.lease_expires_at, lease_seconds,
+                                                       NULL, true))
+      FROM prior
+     WHERE runs.id = prior.id
+    RETURNING jsonb_build_object(
+        'fence', runs.fence, 'taken_from', prior.lease_owner,
+        'lapsed_seconds', extract(epoch FROM now() - prior.lease_expires_at))
+      INTO took;
+    IF took IS NOT NULL THEN
+        WITH closing AS (
+            UPDATE resumptions SET resumed_at = now(), fence = runs.fence
+              FROM runs
+             WHERE resumptions.run_id = claimed_run AND resumptions.resumed_at IS NULL
+               AND runs.id = claimed_run AND runs.lease_owner = claimer
+               AND runs.lease_expires_at > now()
+            RETURNING resumptions.cause,
+                      extract(epoch FROM resumptions.resumed_at - resumptions.lost_at) AS seconds
+        )
+        SELECT jsonb_build_object('resumed_cause', cause, 'resumed_seconds', seconds)
+          INTO closed FROM closing LIMIT 1;
+        took := took || coalesce(closed, '{}');
+    END IF;
+    SELECT to_jsonb(loaded) INTO run FROM (
+        SELECT agent, input, step, max_steps, state, batch_id, failed_step, failed_attempts,
+               failures, agent_version, running_version, allowed_version, lease_owner,
+               (SELECT b.id FROM batches b
+                 WHERE b.synthesis_run_id = runs.id LIMIT 1) AS synthesis_of
+          FROM runs
+         WHERE id = claimed_run
+    ) loaded;
+    IF took IS NULL THEN
+        RETURN;
+    END IF;
+    limits := nightshift_limits(claimed_run, night_capped, night_timezone, night_warning,
+                                night_stopped);
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', id, 'key', key, 'step', step,
+                                                 'step_name', step_name, 'payload', payload)
+                              ORDER BY id), '[]')
+      INTO entries
+      FROM journal
+     WHERE run_id = claimed_run AND id > after_entry;
+END $$;
+
 DROP TRIGGER IF EXISTS run_created_event ON runs;
 CREATE TRIGGER run_created_event AFTER INSERT ON runs
     FOR EACH ROW EXECUTE FUNCTION nightshift_run_event('created');

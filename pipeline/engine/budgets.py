@@ -12,6 +12,7 @@ other runs have in flight are not counted until their step commits."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -82,27 +83,33 @@ class Spend:
     night let past the cap, so that the night still ends with a summary of what finished."""
 
 
-def spend_of(row: Any) -> Spend:
-    """The spend from a row of step.sql's `limits` statement (which sums the batch's and the
+def spend_of(values: Mapping[str, Any]) -> Spend:
+    """The spend as schema.sql's nightshift_limits reads it (it sums the batch's and the
     night's only when they have a cap)."""
     night = None
-    if row.night is not None:
-        night = Night(row.night, float(row.night_cost_usd), int(row.night_tokens), row.night_warned)
+    if values["night"] is not None:
+        night = Night(
+            values["night"],
+            float(values["night_cost_usd"]),
+            int(values["night_tokens"]),
+            values["night_warned"],
+        )
+    status = values["batch_status"]
     return Spend(
-        tool_calls=row.tool_calls,
-        tokens=row.tokens,
-        cost_usd=float(row.cost_usd),
-        batch_id=row.batch_id,
-        batch_status=BatchStatus(row.batch_status) if row.batch_status is not None else None,
-        batch_stop_reason=row.batch_stop_reason,
-        batch_token_cap=row.batch_token_cap,
-        batch_cost_cap=_money(row.batch_cost_cap),
-        batch_tool_call_cap=row.batch_tool_call_cap,
-        batch_tokens=int(row.batch_tokens or 0),
-        batch_cost_usd=float(row.batch_cost_usd or 0),
-        batch_tool_calls=int(row.batch_tool_calls or 0),
+        tool_calls=values["tool_calls"],
+        tokens=values["tokens"],
+        cost_usd=float(values["cost_usd"]),
+        batch_id=values["batch_id"],
+        batch_status=BatchStatus(status) if status is not None else None,
+        batch_stop_reason=values["batch_stop_reason"],
+        batch_token_cap=values["batch_token_cap"],
+        batch_cost_cap=_money(values["batch_cost_cap"]),
+        batch_tool_call_cap=values["batch_tool_call_cap"],
+        batch_tokens=int(values["batch_tokens"] or 0),
+        batch_cost_usd=float(values["batch_cost_usd"] or 0),
+        batch_tool_calls=int(values["batch_tool_calls"] or 0),
         night=night,
-        sums_up_stopped_night=bool(row.sums_up_stopped_night),
+        sums_up_stopped_night=bool(values["sums_up_stopped_night"]),
     )
 
 

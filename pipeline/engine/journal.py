@@ -111,7 +111,7 @@ class Journal:
     @staticmethod
     def seen(run_id: uuid.UUID) -> Seen:
         """What this process has read of the run's journal: a step's claim reads only what is
-        newer (step.sql's journal_since, after `last_id`)."""
+        newer (schema.sql's nightshift_claim, after `last_id`)."""
         return _CACHE.get(run_id)
 
     @classmethod

@@ -4,6 +4,7 @@ budget raises one alert; nearing the nightly cap raises a warning first."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +26,12 @@ class Limits:
     spend: budgets.Spend
 
 
-def limits_of(row: Any) -> Limits:
-    """The limits from a row of step.sql's `limits` statement."""
-    spend = budgets.spend_of(row)
-    return Limits(row.cancel_requested, row.cancel_requested_by, row.past_deadline, spend)
+def limits_of(values: Mapping[str, Any]) -> Limits:
+    """The limits as schema.sql's nightshift_limits reads them."""
+    spend = budgets.spend_of(values)
+    return Limits(
+        values["cancel_requested"], values["cancel_requested_by"], values["past_deadline"], spend
+    )
 
 
 def stop_for(

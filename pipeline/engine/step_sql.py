@@ -1,8 +1,9 @@
 """The statements every step runs (models/sql/step.sql, by name), sent through
-pipeline/statements.py `pipelined`: each transaction's statements together, so that each
-transaction is one round trip to PostgreSQL: the claim with everything the step loads, the
-model reply with the limits read after it, a tool result that is not the step's last, and the
-checkpoint. Lease renewals, one statement a process, run here too.
+pipeline/statements.py `pipelined`: each transaction one statement, one round trip to
+PostgreSQL: the claim with everything the step loads, the model reply with the limits read
+after it, a tool result that is not the step's last, and the checkpoint (a statement's driver
+work is most of a step's CPU: five statements pipelined cost about five times one). Lease
+renewals, one statement a process, run here too.
 
 Every write carries the fence; a step whose fence is gone writes nothing, and learns it from
 the row that did not come back (the callers raise LeaseLost)."""
@@ -10,8 +11,9 @@ the row that did not come back (the callers raise LeaseLost)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from pipeline.engine.budgets import NIGHT_STOPPED, NIGHT_WARNING
@@ -30,11 +32,11 @@ class Claimed:
     resumed: tuple[str, float] | None
     """(cause, seconds the run stood still) when the claim picked up a run that had stopped."""
     run: Any
-    """load_run's row."""
-    limits: Any
-    """The limits statement's row."""
+    """The run's columns a step reads, as attributes (schema.sql's nightshift_claim `run`)."""
+    limits: Mapping[str, Any]
+    """schema.sql's nightshift_limits."""
     entries: list[Any]
-    """journal_since's rows."""
+    """The journal entries read (id, key, step, step_name, payload), as attributes."""
 
 
 @dataclass(frozen=True)
@@ -52,30 +54,30 @@ def claim(
     *,
     dead: str | None = None,
 ) -> Claimed | NotClaimed:
-    """Take the run and load it for a step, in one round trip: the claim, the run, its limits
+    """Take the run and load it for a step, in one statement: the claim, the run, its limits
     and the journal entries after `last_entry`. `dead`: a holder known to be gone, whose live
     lease may be taken."""
-    params = {"run_id": run_id, "owner": owner}
-    took, closed, run, limits, entries = pipelined(
-        [
-            ("claim", {**params, "lease": lease_seconds, "dead": dead}),
-            ("close_resumption", params),
-            ("load_run", params),
-            ("limits", limits_params(run_id, settings)),
-            ("journal_since", {"run_id": run_id, "last_id": last_entry}),
-        ]
-    )
-    if not took:
-        return NotClaimed(run[0].lease_owner if run else None)
-    resumed = _resumed(took[0], closed[0] if closed else None)
-    return Claimed(took[0].fence, took[0].taken_from, resumed, run[0], limits[0], entries)
+    params = {
+        **limits_params(run_id, settings),
+        "owner": owner,
+        "lease": lease_seconds,
+        "dead": dead,
+        "last_id": last_entry,
+    }
+    ((row,),) = pipelined([("claim", params)])
+    took = row.took
+    if took is None:
+        return NotClaimed(row.run["lease_owner"] if row.run is not None else None)
+    entries = [SimpleNamespace(**entry) for entry in row.entries]
+    run = SimpleNamespace(**row.run)
+    return Claimed(took["fence"], took["taken_from"], _resumed(took), run, row.limits, entries)
 
 
-def _resumed(took: Any, closed: Any) -> tuple[str, float] | None:
-    if closed is not None:
-        return closed.cause, float(closed.seconds)
-    if took.lapsed_seconds is not None:
-        return "lease_expired", float(took.lapsed_seconds)
+def _resumed(took: Mapping[str, Any]) -> tuple[str, float] | None:
+    if "resumed_cause" in took:
+        return took["resumed_cause"], float(took["resumed_seconds"])
+    if took["lapsed_seconds"] is not None:
+        return "lease_expired", float(took["lapsed_seconds"])
     return None
 
 
@@ -103,10 +105,10 @@ def _entry_params(
     }
 
 
-def read_limits(run_id: uuid.UUID, settings: Settings) -> Any:
-    """The limits statement's row, as of now."""
-    (limits,) = pipelined([("limits", limits_params(run_id, settings))])
-    return limits[0]
+def read_limits(run_id: uuid.UUID, settings: Settings) -> Mapping[str, Any]:
+    """The limits (schema.sql's nightshift_limits), as of now."""
+    ((row,),) = pipelined([("limits", limits_params(run_id, settings))])
+    return row.limits
 
 
 def journal_reply(
@@ -117,16 +119,15 @@ def journal_reply(
     step_name: str,
     payload: dict[str, Any],
     settings: Settings,
-) -> Any | None:
-    """Journal the model's reply and read the limits after it, in one round trip: the limits
-    row, or None when the fence is gone (nothing was written)."""
-    appended, limits = pipelined(
-        [
-            ("journal_fenced", _entry_params(run_id, fence, key, step, step_name, payload)),
-            ("limits", limits_params(run_id, settings)),
-        ]
-    )
-    return limits[0] if appended else None
+) -> Mapping[str, Any] | None:
+    """Journal the model's reply and read the limits with it, in one statement: the limits, or
+    None when the fence is gone (nothing was written)."""
+    params = {
+        **_entry_params(run_id, fence, key, step, step_name, payload),
+        **limits_params(run_id, settings),
+    }
+    (rows,) = pipelined([("journal_reply", params)])
+    return rows[0].limits if rows else None
 
 
 def journal_entry(
