@@ -238,7 +238,9 @@ class StepRunner:
                                 error=f"stopped: {failures.describe()}")  # fmt: skip
         if run.step >= run.max_steps:
             return self._finish(run, RunStatus.FAILED, "max_steps", error="stopped: max_steps")
-        log.info("working (fence %d)", self.lease.fence)
+        # One line a step for an operator, at its end (checkpointed, parked, finished); its
+        # start is Celery's "received" line.
+        log.debug("working (fence %d)", self.lease.fence)
         try:
             version = version_for_step(self.lease, agent, run.versions, bool(journal.entries))
             return self._step(run, agent, journal, version)
@@ -418,7 +420,7 @@ class StepRunner:
         crash_point("after_checkpoint_before_enqueue")
         send_step(run.id, agent=run.agent, step=run.step + 1, batch=run.batch_id,
                   handed_off=handed_off)  # fmt: skip
-        log.info("checkpointed")
+        log.info("checkpointed (fence %d)", lease.fence)
         return StepResult(StepOutcome.CONTINUE, run.id)
 
     def _send_next(self, session: Session, run: RunSnapshot, step: int) -> None:
