@@ -14,10 +14,11 @@ from typing import Any, Protocol
 
 from celery import Celery
 from celery.beat import PersistentScheduler, ScheduleEntry, SchedulingError
-from celery.signals import beat_init
+from celery.signals import beat_init, before_task_publish
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+import pipeline.tracing as tracing
 from pipeline.celery_patches import install_patches
 from pipeline.db import after_commit
 from pipeline.process_wide import ProcessWide
@@ -45,6 +46,10 @@ def _beat_sends_no_events(sender: Any, **_: Any) -> None:
     """Beat sends only control tasks, which Flower need not list: no `task-sent` events."""
     sender.app.conf.task_send_sent_event = False
 
+
+# A task sent within a trace carries it (a step message, built apart, carries its run's in
+# the run's row instead).
+before_task_publish.connect(tracing.inject_into_message)
 
 _PENDING = "nightshift.pending_steps"
 

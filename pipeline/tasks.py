@@ -11,9 +11,16 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from celery.exceptions import Reject
-from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
+from celery.signals import (
+    beat_init,
+    worker_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
+import pipeline.tracing as tracing
 from pipeline.app import HANDED_OFF, app, send_step
 from pipeline.delivery.receivers import senders
 from pipeline.delivery.sender import deliver
@@ -86,6 +93,18 @@ def _load_agents(**_: Any) -> None:
 @worker_init.connect
 def _load_model_sdk(**_: Any) -> None:
     load_sdk(get_settings())
+
+
+@worker_init.connect
+def _trace(**_: Any) -> None:
+    """Spans exported as the OTEL_* variables say, or none (pipeline/tracing.py)."""
+    tracing.configure()
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def _export_spans(**_: Any) -> None:
+    tracing.flush()
 
 
 @worker_ready.connect
@@ -180,9 +199,10 @@ def start_run(
     """
     parsed = parse_deadline(deadline)
     try:
-        started = start.start_run(
-            agent, input, idempotency_key, deadline=parsed, notify_url=notify_url
-        )
+        with tracing.continuing(self.request):  # the caller's traceparent header
+            started = start.start_run(
+                agent, input, idempotency_key, deadline=parsed, notify_url=notify_url
+            )
     except UnknownAgent as exc:
         _hand_on(self, f"agent {agent!r}", exc)
     return str(started.run_id)
@@ -330,7 +350,8 @@ def start_from_event(self: Any, source: str, event_id: str, payload: dict[str, A
     """Start a run from another service's event: repeated deliveries return the same run id.
     A worker without the source's agent hands the event on (see `_hand_on`)."""
     try:
-        return str(external_events.start_from_event(source, event_id, payload).run_id)
+        with tracing.continuing(self.request):
+            return str(external_events.start_from_event(source, event_id, payload).run_id)
     except (UnknownAgent, UnknownEventSource) as exc:
         _hand_on(self, f"event source {source!r}", exc)
 

@@ -15,18 +15,20 @@
 -- (`deadline_at`), or seconds from PostgreSQL's now() (`deadline_in`). A batch's child has no
 -- outcome to publish in the result backend (`nothing_to_publish`, pipeline/runs/
 -- published_outcomes.py): no Celery client holds its id, and a night of 100,000 children would
--- keep 55 MB there for a day and cost each child a second UPDATE.
+-- keep 55 MB there for a day and cost each child a second UPDATE. `trace_contexts`: one JSON
+-- array, each run's trace context (pipeline/tracing.py run_contexts), or NULL for none.
 INSERT INTO runs (id, input, idempotency_key, agent, status, parent_id, batch_id, deadline,
                   notify_url, max_steps, step, tool_calls, input_tokens, output_tokens,
                   state, fence, attempt, cancel_requested, code_version, prompt_version,
-                  agent_version, running_version, outcome_published)
+                  agent_version, running_version, outcome_published, trace_context)
 SELECT new.id, given.input, new.key, %(agent)s, 'running', CAST(%(parent_id)s AS uuid),
        CAST(%(batch_id)s AS text),
        coalesce(CAST(%(deadline_at)s AS timestamptz),
                 now() + make_interval(secs => CAST(%(deadline_in)s AS float8))),
        CAST(%(notify_url)s AS text), %(max_steps)s, 0, 0, 0, 0, '{}', 0, 0, false,
        %(code_version)s, %(prompt_version)s, %(agent_version)s, %(agent_version)s,
-       CAST(%(nothing_to_publish)s AS boolean)
+       CAST(%(nothing_to_publish)s AS boolean),
+       CAST(%(trace_contexts)s AS jsonb) -> CAST(new.n - 1 AS int)
   FROM unnest(CAST(%(ids)s AS uuid[]), CAST(%(keys)s AS text[]))
        WITH ORDINALITY AS new(id, key, n)
   -- The inputs are one JSON array: a text[] of them had the driver escape every quote in

@@ -268,7 +268,7 @@ $$;
 -- `took`: {fence, taken_from, lapsed_seconds, resumed_cause, resumed_seconds} (NULL: not
 -- claimed: a duplicate delivery, or another worker holds it; `run` then says who, in
 -- lease_owner); `run`: the run as a step needs it (`synthesis_of`: the batch whose synthesis
--- the fan-out started as this run); `limits`: nightshift_limits; `entries`: the journal
+-- the fan-out started as this run; `trace_context`: its step span's parent); `limits`: nightshift_limits; `entries`: the journal
 -- entries after `after_entry` (the last one the worker has read), in order.
 -- PL/pgSQL, not one SQL statement: each statement below takes its own snapshot, so the
 -- resumption row a tick committed while the claim waited for the run's lock is seen and
@@ -328,6 +328,7 @@ BEGIN
     SELECT to_jsonb(loaded) INTO run FROM (
         SELECT agent, input, step, max_steps, state, batch_id, failed_step, failed_attempts,
                failures, agent_version, running_version, allowed_version, lease_owner,
+               trace_context,
                (SELECT b.id FROM batches b
                  WHERE b.synthesis_run_id = runs.id LIMIT 1) AS synthesis_of
           FROM runs

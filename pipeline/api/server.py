@@ -15,6 +15,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+import pipeline.tracing as tracing
 from pipeline.api import pages, routes, spec
 from pipeline.api.base import ApiConfig, install_error_handlers
 from pipeline.api.middleware import BodyGuard, LocalOnly, ProxiedSameSite, SecurityHeaders
@@ -35,6 +36,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     )
     app.state.config = config
     safe_log_lines()
+    tracing.configure()  # spans as the OTEL_* variables say, or none
     install_error_handlers(app)
     app.include_router(routes.router)
     pages.install(app, config)

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+import pipeline.tracing as tracing
 from pipeline.cli.failures import LONG_RUNNING, describe, stop_what_this_command_started
 from pipeline.errors import NightshiftError
 from pipeline.logs import safe_log_lines
@@ -87,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in LONG_RUNNING:  # the closing line says what was started and stopped
         logging.getLogger("nightshift.embedded").setLevel(logging.WARNING)
     try:
+        tracing.configure()  # runs it starts are traced as the OTEL_* variables say
         return int(args.handler(args))
     except NightshiftError as exc:
         print(f"nightshift: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import DBAPIError
 
 import pipeline.instruments as instruments
+import pipeline.tracing as tracing
 from models import ActionState, RunStatus
 from pipeline.crash import crash_point
 from pipeline.db import after_commit
@@ -66,6 +67,9 @@ REPLAYED_BY_SERVICE = "replayed_by_service"
 ABSORBED = (REPLAYED_BY_SERVICE, "lookup")
 """The resolutions of an action its service already had when it was sent again or asked: a
 duplicate absorbed where it happened (nightshift_duplicates_absorbed_total counts each)."""
+
+STATE, RESOLUTION = "nightshift.action.state", "nightshift.action.resolution"
+"""A send span's attributes (pipeline/tracing.py): the state the send left the action in."""
 
 KEY_CONFLICT = "key_conflict"
 """The stop reason of a run parked because another run owns the key it means."""
@@ -291,7 +295,9 @@ def _next_move(
         return None
     if action.state is ActionState.OUTCOME_UNKNOWN:
         return _reconcile(call, tool, context, action, resend, rekeyed)
-    return _send(call, tool, context, action)
+    assert tool.side_effect is not None
+    with tracing.send(key, tool.side_effect.service):
+        return _send(call, tool, context, action)
 
 
 def _reconcile(
@@ -383,6 +389,7 @@ def _send(
             crash_point("after_send_before_reply")
             resolution = REPLAYED_BY_SERVICE if replayed else None
             rows.confirm_txn(session, run_id, key, rows.as_result(result), resolution)
+            tracing.mark({STATE: ActionState.CONFIRMED.value, RESOLUTION: resolution or "sent"})
             if replayed:  # counted as the confirmation commits, before `after_confirmed`
                 absorbed = instruments.DUPLICATES_ABSORBED.labels(
                     tool.side_effect.service, "replayed"
@@ -431,6 +438,7 @@ def _send_failed(
         with fenced(call.lease) as session:
             failed = context.settings.config.redact(redact_urls(str(error)))
             rows.set_state_txn(session, run_id, key, ActionState.FAILED, error=failed)
+            tracing.mark({STATE: ActionState.FAILED.value})
             rows.set_lease_txn(session, call.lease, lease_seconds)
         raise error from exc
     why = context.settings.config.redact(str(error))
@@ -446,6 +454,7 @@ def _send_failed(
     with fenced(call.lease) as session:
         rows.set_state_txn(session, run_id, key, ActionState.OUTCOME_UNKNOWN)
         rows.set_lease_txn(session, call.lease, lease_seconds)
+    tracing.mark({STATE: ActionState.OUTCOME_UNKNOWN.value})
 
 
 def _warn_if_overran(key: str, took: float, send_seconds: float) -> None:

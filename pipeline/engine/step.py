@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
 import pipeline.statements as statements
+import pipeline.tracing as tracing
 from models import RunStatus
 from pipeline.agent_definition import Agent, Conversation
 from pipeline.app import send_step, send_step_after_commit
@@ -144,10 +145,14 @@ def execute_step(
         return StepResult(StepOutcome.SKIPPED, run_id)
     lease = Lease(run_id, claimed.fence, owner)
     loaded = _loaded(run_id, claimed, seen)
+    run = loaded.run
     started = time.perf_counter()
-    with Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat:
+    with (
+        tracing.step_span(claimed.run.trace_context, run_id, run.agent, run.step, owner,
+                          claimed.fence, claimed.taken_from) as span,
+        Heartbeat(lease, settings.lease_seconds, settings.heartbeat_seconds) as heartbeat,
+    ):  # fmt: skip
         try:
-            run = loaded.run
             wait = quarantine.wait_for_turn(ends_by, settings.step_time_limit / 2)
             with quarantine.admitted(lease, run.step, run.failures, wait) as admitted:
                 if admitted:
@@ -159,7 +164,8 @@ def execute_step(
         except LeaseLost as exc:
             log.warning("run %s: %s; stopping without writing", run_id, exc)
             result = StepResult(StepOutcome.LEASE_LOST, run_id)
-    agent = loaded.run.agent
+        tracing.annotate(span, "nightshift.step.outcome", result.outcome.value)
+    agent = run.agent
     instruments.STEPS.labels(agent, result.outcome.value).inc()
     instruments.STEP_SECONDS.labels(agent).observe(time.perf_counter() - started)
     return result
@@ -395,7 +401,9 @@ class StepRunner:
         try:
             # Brief retries here; past them the run parks until the provider answers again.
             call = ModelCall(self.lease, self.model.name, self.settings, self.heartbeat.check)
-            reply = call.reply(partial(self.model.reply, agent, messages, max_tokens=room))
+            with tracing.model_call(self.model.name, run.agent) as span:
+                reply = call.reply(partial(self.model.reply, agent, messages, max_tokens=room))
+                tracing.model_replied(span, reply)
             result = "ok"
         finally:
             instruments.MODEL_CALLS.labels(run.agent, result).inc()
@@ -477,6 +485,7 @@ class StepRunner:
                 if run.batch_id:
                     fanout.join_after_commit(session, run.batch_id)
                 notifications.dispatch_new_txn(session)  # its notify_url's, and its batch's
+        tracing.mark({"nightshift.run.status": status.value, "nightshift.run.reason": reason})
         log.info("run %s (%s)%s", status, reason, f": {error}" if error else "")
         if changed and status.is_terminal():
             instruments.RUNS_FINISHED.labels(run.agent, status.value, reason).inc()

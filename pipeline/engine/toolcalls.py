@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pipeline.instruments as instruments
+import pipeline.tracing as tracing
 from pipeline.agent_definition import Agent, Block
 from pipeline.crash import crash_point
 from pipeline.engine import action_rows as rows
@@ -85,7 +86,9 @@ def run_tool_call(
         state.follow(journaled)
         return journaled
     started = time.perf_counter()
-    payload = _call(call, tool, journal, settings, keep_going, state)
+    with tracing.tool_call(label, call.block["id"]):
+        payload = _call(call, tool, journal, settings, keep_going, state)
+        tracing.mark({"nightshift.tool.is_error": bool(payload["is_error"])})
     state.follow(payload)
     result = "error" if payload["is_error"] else "ok"
     instruments.TOOL_CALLS.labels(call.agent, label, result).inc()

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import pipeline.statements as statements
+import pipeline.tracing as tracing
 from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
@@ -146,6 +147,7 @@ def new_runs(
 def _insert_txn(session: Session, runs: NewRuns) -> set[uuid.UUID]:
     """Insert the runs; the ids of those created (not the ones whose key was taken)."""
     deadline = runs.deadline
+    contexts = tracing.run_contexts(runs.agent, runs.ids, runs.batch_id)
     # Every run is created by this one statement (runs.sql create_runs), however many at once.
     created = statements.rows(
         session,
@@ -167,6 +169,7 @@ def _insert_txn(session: Session, runs: NewRuns) -> set[uuid.UUID]:
         agent_version=runs.agent_version,
         # No Celery client holds a batch child's id: no outcome to publish (published_outcomes).
         nothing_to_publish=runs.batch_id is not None,
+        trace_contexts=None if contexts is None else statements.jsonb(contexts),
     )
     return {row.id for row in created}
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
+import pipeline.tracing as tracing
 from models import RunStatus
 from pipeline.api import listen, sse
 from pipeline.api.bodies import (
@@ -54,6 +55,7 @@ Wait = Annotated[float | None, Query(ge=0, le=listen.MAX_WAIT, description=WAIT_
 )
 async def start(
     body: StartRun,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[
         str | None, Header(max_length=MAX_KEY_LENGTH, pattern="\\S", description=KEY_HELP)
@@ -62,11 +64,12 @@ async def start(
 ) -> StartedBody:
     """Start a run. The same Idempotency-Key returns the same run (200); reusing it with a
     different agent or input is refused (409). With `?wait=`, answer once the run finished or
-    started waiting (or the time is up), with its outcome."""
+    started waiting (or the time is up), with its outcome. A W3C `traceparent` header puts the
+    run in the caller's trace."""
 
     deadline = parse_deadline(body.deadline, "field 'deadline'")
     started = await run_in_threadpool(
-        start_run, body.agent, body.input, idempotency_key, deadline=deadline,
+        _start_run, request, body.agent, body.input, idempotency_key, deadline=deadline,
         notify_url=body.notify_url,
     )  # fmt: skip
     response.headers["Location"] = f"/runs/{started.run_id}"
@@ -79,6 +82,11 @@ async def start(
     if outcome is None:
         return StartedBody(run_id=started.run_id, created=started.created)
     return StartedBody(run_id=started.run_id, created=started.created, outcome=outcome)
+
+
+def _start_run(request: Request, *args: Any, **kwargs: Any) -> StartedRun:
+    with tracing.continuing(request.headers):
+        return start_run(*args, **kwargs)
 
 
 @authed.get("/runs", tags=["runs"])
