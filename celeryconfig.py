@@ -93,6 +93,8 @@ def from_settings(settings: Settings) -> dict[str, Any]:
             "pipeline.fire_schedules": {"queue": settings.control_queue},
             # A completion webhook is small and must not wait behind a night of steps.
             "pipeline.notify": {"queue": settings.control_queue},
+            # A bulk operation is a person's request, waiting for its result: not behind steps.
+            "pipeline.bulk": {"queue": settings.control_queue},
         },
         "worker_concurrency": settings.worker_concurrency,
         # Re-sends of a step whose pool process died.

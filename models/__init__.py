@@ -7,6 +7,7 @@ from models.artifact import Artifact, artifact_url
 from models.base import Base, table_of
 from models.batch import Batch
 from models.beat_schedules import BeatSchedules
+from models.bulk_operation import BulkItem, BulkKind, BulkOperation
 from models.external_event import ExternalEvent
 from models.journal import JournalEntry
 from models.model_outage import ModelOutage
@@ -31,6 +32,9 @@ __all__ = [
     "Batch",
     "BatchStatus",
     "BeatSchedules",
+    "BulkItem",
+    "BulkKind",
+    "BulkOperation",
     "ExternalEvent",
     "FireDecision",
     "JournalEntry",

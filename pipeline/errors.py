@@ -120,6 +120,10 @@ class UnknownBatch(NotFound):
     """No batch has that id."""
 
 
+class UnknownBulkOperation(NotFound):
+    """No bulk operation has this id."""
+
+
 class UnknownArtifact(NotFound):
     """The run has no artifact with that id."""
 
@@ -146,6 +150,10 @@ class NoModel(Unavailable):
 
 class InvalidInput(Invalid):
     """The run's input does not match the agent's schema."""
+
+
+class NothingMatched(InvalidInput):
+    """A bulk operation's filter matched nothing to act on: no operation was made."""
 
 
 class InputTooLarge(TooLarge, InvalidInput):

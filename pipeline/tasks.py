@@ -42,6 +42,7 @@ from pipeline.logs import safe_log_lines
 from pipeline.reachability import BROKER, DATABASE
 from pipeline.registry import registry
 from pipeline.runs import (
+    bulk,
     cancel,
     external_events,
     published_outcomes,
@@ -372,6 +373,14 @@ def cancel_run(run_id: str, by: str | None = None) -> str:
     Recorded as cancelled by BROKER_CLIENT: a message carries no credential, so `by` is
     whatever its sender wrote (still accepted, and ignored)."""
     return cancel.cancel_run(uuid.UUID(run_id), BROKER_CLIENT).status.value
+
+
+@app.task(name=bulk.BULK_TASK, ignore_result=True)
+def bulk_operation(operation_id: str) -> int:
+    """Apply a bulk operation's items not done yet. Acknowledged on receipt, not late: if
+    this worker dies, the tick sends the operation again once its lease passed (a redelivery
+    an hour later would only find it finished)."""
+    return bulk.process(uuid.UUID(operation_id))
 
 
 @app.task(name="pipeline.cleanup", ignore_result=True, send_events=False)

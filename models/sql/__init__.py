@@ -11,7 +11,7 @@
   protocol's rows and their audit trail; `batches.sql` batches, their join and the budget
   stops; `notifications.sql` completion webhooks and alerts (owed, dispatched, delivered);
   `outages.sql` the model provider's outages; `retention.sql` a finished run's compaction and
-  deletion; `testing.sql` what only pipeline.testing
+  deletion; `bulk.sql` bulk operations and their items; `testing.sql` what only pipeline.testing
   runs, on a database a test owns (its clock). `pipeline/statements.py` runs them, and
   nothing else writes those tables.
 
@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection
 SCHEMA_FILE = "schema.sql"
 STATEMENT_FILES = (
     "step.sql", "runs.sql", "actions.sql", "batches.sql", "notifications.sql", "outages.sql",
-    "retention.sql", "testing.sql",
+    "retention.sql", "bulk.sql", "testing.sql",
 )  # fmt: skip
 _NAME = "-- name: "
 

@@ -4,11 +4,13 @@ error body every failure answers with."""
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from models import RunStatus
+from models import BulkKind, RunStatus
+from pipeline.keys import WaitKind
 
 
 class ErrorBody(BaseModel):
@@ -123,3 +125,80 @@ class EventDelivery(BaseModel):
     model_config = ConfigDict(extra="forbid")
     event_id: str = Field(min_length=1, max_length=200)
     payload: dict[str, Any]
+
+
+class BulkFilterBody(BaseModel):
+    """Runs whose every given field matches (at least one field)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    # Absent, never null (SkipJsonSchema keeps null out of the schema): a field is given or not.
+    # The constraints on the string itself: pydantic applies a Field's to None too.
+    agent: Annotated[str, Field(min_length=1, max_length=100)] | SkipJsonSchema[None] = None
+    batch: Annotated[str, Field(min_length=1, max_length=200)] | SkipJsonSchema[None] = None
+    status: RunStatus | SkipJsonSchema[None] = None
+    stop_reason: Annotated[str, Field(min_length=1, max_length=64)] | SkipJsonSchema[None] = None
+    started_after: AwareDatetime | SkipJsonSchema[None] = Field(
+        default=None, description="Runs created at or after this time."
+    )
+    started_before: AwareDatetime | SkipJsonSchema[None] = Field(
+        default=None, description="Runs created before this time."
+    )
+    waiting_on: WaitKind | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Runs waiting on this kind of wait (`approval`: for a person's "
+        "approval of an action).",
+    )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_null(cls, value: object) -> object:
+        if value is None:  # the schema has no null: a field is left out, not given as null
+            raise ValueError("leave the field out rather than give it as null")
+        return value
+
+    @field_validator("started_after", "started_before", mode="before")
+    @classmethod
+    def _a_time_as_text(cls, value: object) -> object:
+        if not isinstance(value, str):  # pydantic would read a number as seconds since 1970
+            raise ValueError("must be an ISO-8601 time with a timezone, as a string")
+        return value
+
+    def given(self) -> dict[str, str]:
+        """The fields given, as BulkFilter.parse reads them."""
+        return {
+            name: value.isoformat() if hasattr(value, "isoformat") else str(value)
+            for name, value in self.model_dump(exclude_none=True).items()
+        }
+
+
+class BulkRequest(BaseModel):
+    """A bulk operation, or its dry run (the default). Who asks is whom the credential speaks
+    for; each item is applied as that caller's single action would be (an approval needs an
+    approver of the tool)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: BulkKind = Field(
+        description="cancel (runs not ended), retry (failed or cancelled runs not retried yet), "
+        "approve or reject (the pending approvals of the matched runs)."
+    )
+    filter: BulkFilterBody
+    note: str | None = Field(
+        default=None, max_length=2000, description="A cancellation's reason, a decision's note."
+    )
+    dry_run: StrictBool = Field(
+        default=True, description="Only say what would be done (true unless said otherwise)."
+    )
+
+
+class BulkAnswer(BaseModel):
+    kind: BulkKind
+    filter: dict[str, str]
+    count: int = Field(description="How many runs (or approvals) the filter matched.")
+    run_ids: list[uuid.UUID] = Field(description="The matched runs, oldest first (up to 200).")
+    action_keys: list[str] = Field(description="approve, reject: the approvals (up to 200).")
+    shown: int
+    dry_run: bool
+    operation_id: uuid.UUID | None = Field(
+        default=None,
+        description="The operation made (201); none for a dry run or when nothing matched.",
+    )

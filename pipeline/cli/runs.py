@@ -1,5 +1,5 @@
-"""CLI verbs for runs: start one (and wait for its outcome), list them, retry one, show one,
-tick once."""
+"""CLI verbs for runs: start one (and wait for its outcome), list them, retry or fork one, act on
+many by filter (cli/bulk.py), show one, tick once."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from textwrap import indent
 from typing import TYPE_CHECKING, Any
 
 from pipeline.api.words import action_words
+from pipeline.cli.bulk import cmd_bulk, register_verb
 from pipeline.cli.failures import following
 from pipeline.cli.format import print_json, table
 from pipeline.cli.setting_hints import where_to_set
@@ -77,6 +78,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return cmd_retry(args)
     if args.verb == "fork":
         return cmd_fork(args)
+    if args.verb == "bulk":
+        return cmd_bulk(args)
     rows = list_runs(status=args.status, agent=args.agent, batch=args.batch, limit=args.limit)
     if args.json:
         print_json(rows)
@@ -251,7 +254,7 @@ def register(add: AddCommand) -> None:
         "runs",
         cmd_runs,
         "list runs, newest first; or retry one (`runs retry RUN`), or fork one from a step "
-        "(`runs fork RUN --from-step N`)",
+        "(`runs fork RUN --from-step N`), or act on many by filter (`runs bulk KIND --filters`)",
     )
     runs.add_argument("--status")
     runs.add_argument("--agent")
@@ -281,6 +284,7 @@ def register(add: AddCommand) -> None:
         help="the first step to run live, numbered as `nightshift show` numbers them (from 0)",
     )
     fork.add_argument("--json", action="store_true")
+    register_verb(verbs)
 
     show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
     show.add_argument("run", help="run id, or its first characters (at least 4)")

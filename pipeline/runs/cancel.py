@@ -24,6 +24,8 @@ class CancelResult:
     run_id: uuid.UUID
     status: RunStatus
     """The run's status after the request: cancelled, or still running until its next check."""
+    ended_before: bool = False
+    """The run had ended already (its status says how): nothing was changed."""
 
 
 def cancel_run_txn(
@@ -33,7 +35,7 @@ def cancel_run_txn(
     if status is None:
         raise RunNotFound(f"no run has id {run_id}")
     if status.is_terminal():
-        return CancelResult(run_id, status)
+        return CancelResult(run_id, status, ended_before=True)
     # Parked runs hold no worker, so nobody else would ever notice the request: it ends them.
     statements.execute(session, "request_cancel", run_id=run_id, by=by, reason=reason)
     settle_actions_of_ended_txn(session, [run_id], reason)

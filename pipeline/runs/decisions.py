@@ -107,7 +107,7 @@ def decide(
     with transaction() as session:
         result = decide_txn(session, key, decision, actor, note, seen)
     if result.first:
-        _wake(result.action_key)
+        wake_after_decision(result.action_key)
     return result
 
 
@@ -234,7 +234,7 @@ def _repeat_or_refuse(
     )
 
 
-def _wake(key: str) -> None:
+def wake_after_decision(key: str) -> None:
     """Make runs waiting on this action runnable again (its own, and any waiting for its key).
     A transaction of its own, after the decision's: the engine locks a run before its actions,
     and this must not invert that order. If this never runs, the tick finds the settled action
@@ -264,5 +264,5 @@ def retry(key: str, actor: Actor, note: str | None = None) -> RetryResult:
             raise StatusConflict(f"action {key!r} is {state}; only a failed action can be retried")
         audit_txn(session, key, row.run_id, "retry", actor, note or row.error, row.args_hash)
     log.info("action %s: retried by %s (%s); its key is released", key, actor.identity, actor.via)
-    _wake(key)
+    wake_after_decision(key)
     return RetryResult(key, row.run_id, row.error)

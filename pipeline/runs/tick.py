@@ -2,7 +2,8 @@
 
 Runs whose worker died (lease expired), runs left without a message (a crash between the
 checkpoint's commit and the enqueue), waiting runs whose timer is due, the probe of a model
-provider that is down and, paced, the runs that waited for it; and waiting runs whose deadline
+provider that is down and, paced, the runs that waited for it; bulk operations whose worker
+died; and waiting runs whose deadline
 passed, that waited past the maximum wait with no deadline, or past a model outage's horizon,
 which it ends.
 """
@@ -23,7 +24,7 @@ from pipeline.app import queued_since, send_step_after_commit
 from pipeline.db import transaction
 from pipeline.logs import get_logger
 from pipeline.reachability import BROKER
-from pipeline.runs import fanout
+from pipeline.runs import bulk, fanout
 from pipeline.runs.expiry import expire_abandoned_txn, expire_model_waits_txn, expire_parked_txn
 from pipeline.runs.notifications import dispatch_due_txn
 from pipeline.runs.outages import tend_outages_txn
@@ -53,6 +54,8 @@ class TickReport:
     """Parked runs ended because their deadline passed or they waited past the maximum wait."""
     notified: list[int] = field(default_factory=list)
     """Notifications handed to a worker to send (again)."""
+    bulk: list[uuid.UUID] = field(default_factory=list)
+    """Bulk operations sent again: their worker died, or their task was lost."""
 
 
 def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
@@ -79,11 +82,14 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
         fanout.ready_batches_txn(session)
         # Last: notifications the transitions above owe, retries due, senders that died.
         notified = dispatch_due_txn(session, grace, limit)
+        lost_bulk = bulk.resend_lost_txn(session, limit)
     if orphans:
         _say_resent(orphans, queued)
     if woken:
         log.info("tick: woke %d run(s) whose timer is due or whose decision was made", len(woken))
-    return TickReport([r.id for r in orphans], woken, expired, notified)
+    if lost_bulk:
+        log.info("tick: re-sent %d bulk operation(s) whose lease passed", len(lost_bulk))
+    return TickReport([r.id for r in orphans], woken, expired, notified, lost_bulk)
 
 
 def _say_resent(orphans: Sequence[Row[Any]], queued_since: float) -> None:

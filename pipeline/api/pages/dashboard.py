@@ -1,5 +1,5 @@
-"""The front page (what waits for a person, alerts, batches and runs) and the attention page
-(only what waits for a person)."""
+"""The front page (what waits for a person, alerts, batches, bulk operations and runs) and the
+attention page (only what waits for a person)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pipeline.api.pages.base import current_session, render, to_login
 from pipeline.views.actions import list_actions
 from pipeline.views.alerts import list_alerts
 from pipeline.views.batches import list_batches
+from pipeline.views.bulk import recent_bulk_operations
 from pipeline.views.liveness import queue_liveness
 from pipeline.views.runs import list_runs
 
@@ -41,6 +42,7 @@ def dashboard(request: Request, status: str | None = None) -> Response:
         **_to_decide(limit=100),
         alerts=list_alerts(limit=10),
         batches=[b.as_json() for b in list_batches(limit=20)],
+        bulk=recent_bulk_operations(limit=10),
         runs=list_runs(status=chosen, limit=50),
         chosen=chosen,
         no_worker=queue_liveness().no_worker(),
