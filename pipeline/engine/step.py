@@ -221,7 +221,10 @@ class StepRunner:
         self.usage = Usage()
         """What this step's model calls used (journaled replies, replayed ones included): added
         to the run's counters by the checkpoint or the finish."""
-        self.state = StepState(loaded.run.state, settings.agent_state_max_bytes)
+        run = loaded.run
+        self.state = StepState(
+            run.state, loaded.journal.entries, run.step, settings.agent_state_max_bytes
+        )
         """The agent state as this step's tool calls leave it: written by the checkpoint."""
 
     def run(self, *, leave_unknown_agent: bool = False) -> StepResult:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.engine.journal import Entry
 from pipeline.engine.state_replay import StepState
 from pipeline.errors import AgentStateTooLarge, PermanentError
 from pipeline.runs.summaries import summarize
@@ -56,7 +57,7 @@ def test_a_change_past_the_bound_names_the_setting_and_keeps_what_was_there() ->
 def test_a_step_follows_the_journaled_calls_and_checkpoints_only_a_change() -> None:
     # given a run whose last checkpoint left a plan beside the runtime's artifacts
     loaded = {"plan": ["a"], "artifacts": {"report": {"id": 1}}}
-    step = StepState(loaded, max_bytes=1024)
+    step = StepState(loaded, [], step=3, max_bytes=1024)
 
     # when a call reads it and changes nothing, the checkpoint writes nothing
     assert step.changed_by(step.for_call()) is None
@@ -83,3 +84,27 @@ def test_the_timeline_names_the_keys_a_call_left() -> None:
     left = summarize("tool:toolu_1", {**result, "state": {"plan": [], "done": []}})
     assert left == "tick_off -> ok: 'ok'; state: done, plan"
     assert summarize("tool:toolu_1", {**result, "state": {}}).endswith("; state: empty")
+
+
+def test_a_step_starts_from_what_the_journal_of_the_steps_before_it_left() -> None:
+    # given a journal copied from another run (a fork): its record holds no agent state yet
+    def tool_entry(step: int, call: str, **state: object) -> Entry:
+        payload = {"name": "t", "content": "ok", "is_error": False}
+        return Entry(f"tool:{call}", step, "t", {**payload, **({"state": state} if state else {})})
+
+    entries = [
+        Entry("model:0", 0, "ask_model", {"content": []}),
+        tool_entry(0, "a", plan=["a", "b"]),
+        tool_entry(1, "b", plan=["a", "b"], done=["a"]),
+        tool_entry(1, "c"),  # changed nothing
+        tool_entry(2, "d", plan=["a", "b"], done=["a", "b"]),  # the step being run again
+    ]
+
+    # when step 2 starts
+    step = StepState({}, entries, step=2, max_bytes=1024)
+
+    # then it sees what step 1 left (its own entries are replayed by its calls), and its
+    # checkpoint writes that to the record even if its calls change nothing
+    assert step.document == {"plan": ["a", "b"], "done": ["a"]}
+    assert step.to_checkpoint() == {"plan": ["a", "b"], "done": ["a"]}
+    assert StepState({"plan": ["a", "b"], "done": ["a"]}, entries, 2, 1024).to_checkpoint() is None
