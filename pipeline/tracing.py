@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -177,6 +177,10 @@ def run_contexts(
 # -- spans -----------------------------------------------------------------------------------
 
 
+_OFF: AbstractContextManager[None] = nullcontext()
+"""What every span helper returns with tracing off (reusable: it holds nothing)."""
+
+
 @contextmanager
 def _span(
     name: str,
@@ -184,9 +188,7 @@ def _span(
     kind: SpanKind = SpanKind.INTERNAL,
     parent: otel_context.Context | None = None,
 ) -> Iterator[Span | None]:
-    if _tracer is None:
-        yield None
-        return
+    assert _tracer is not None  # the helpers return _OFF without one
     with _tracer.start_as_current_span(
         name, context=parent, kind=kind, attributes=attributes,
         # An exception's message may quote a tool's arguments: only its type is recorded.
@@ -203,7 +205,6 @@ def _span(
             raise
 
 
-@contextmanager
 def step_span(
     trace_context: Mapping[str, str] | None,
     run_id: uuid.UUID,
@@ -212,12 +213,11 @@ def step_span(
     worker: str,
     fence: int,
     taken_from: str | None,
-) -> Iterator[Span | None]:
+) -> AbstractContextManager[Span | None]:
     """One attempt of a step, a child of its run's span (runs.trace_context) whichever worker
     claims it; a takeover names the holder it took the run from."""
     if _tracer is None:
-        yield None
-        return
+        return _OFF
     attributes: dict[str, Any] = {
         "nightshift.run.id": str(run_id),
         "nightshift.agent": agent,
@@ -228,8 +228,7 @@ def step_span(
     if taken_from is not None:
         attributes["nightshift.taken_from"] = taken_from
     parent = propagate.extract(trace_context) if trace_context else _run_trace(run_id)
-    with _span(f"step {agent}", attributes, SpanKind.CONSUMER, parent) as span:
-        yield span
+    return _span(f"step {agent}", attributes, SpanKind.CONSUMER, parent)
 
 
 def _run_trace(run_id: uuid.UUID) -> otel_context.Context:
@@ -244,8 +243,10 @@ def _run_trace(run_id: uuid.UUID) -> otel_context.Context:
     return trace.set_span_in_context(trace.NonRecordingSpan(parent))
 
 
-def model_call(model: str, agent: str) -> Any:
+def model_call(model: str, agent: str) -> AbstractContextManager[Span | None]:
     """A call to the model: a client span named as OpenTelemetry's GenAI conventions say."""
+    if _tracer is None:
+        return _OFF
     attributes = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "anthropic",
@@ -270,8 +271,10 @@ def model_replied(span: Span | None, reply: Mapping[str, Any]) -> None:
     )
 
 
-def tool_call(name: str, tool_use_id: str) -> Any:
+def tool_call(name: str, tool_use_id: str) -> AbstractContextManager[Span | None]:
     """A tool call that runs (one replayed from the journal has none); never its arguments."""
+    if _tracer is None:
+        return _OFF
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name,
@@ -280,8 +283,10 @@ def tool_call(name: str, tool_use_id: str) -> Any:
     return _span(f"execute_tool {name}", attributes)
 
 
-def send(key: str, service: str) -> Any:
+def send(key: str, service: str) -> AbstractContextManager[Span | None]:
     """One send of a side effect, under its idempotency key; its state once it is known."""
+    if _tracer is None:
+        return _OFF
     attributes = {"nightshift.action.key": key, "nightshift.action.service": service}
     return _span(f"send {service}", attributes, SpanKind.CLIENT)
 
