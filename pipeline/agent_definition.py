@@ -37,6 +37,9 @@ class Conversation:
     input: dict[str, Any]
     messages: list[Message]
     state: dict[str, Any] = field(default_factory=dict)
+    """The run's state for a success check: the agent state its tools keep (a plan, facts) and
+    the runtime's `artifacts`. A script sees none: it answers as the model would, from the
+    messages, and learns the state through what tools return."""
 
     def tool_results(self) -> list[Block]:
         return [
