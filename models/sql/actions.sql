@@ -159,25 +159,21 @@ VALUES (%(key)s, %(run_id)s, %(event)s, %(by)s, %(via)s, %(note)s, %(args_hash)s
 ;
 
 -- name: take_over_from_origin
--- A fork (pipeline/runs/fork.py) carries on what the run it was forked from left open: that
--- run's action whose outcome is unknown moves to the fork as it stands (its arguments as sent,
--- its attempts and when, which the resend's retention window counts from), for the fork to
--- reconcile as its own. The origin has ended (a run is forked once finished), so nothing else
--- would move it but a person, whose decision needs the same state: one of the two wins. No row:
--- the key is not the fork's origin's, or not open. The move goes to the audit trail.
-WITH origin AS (
-    SELECT a.id, a.run_id AS origin_id
-      FROM actions a
-      JOIN runs fork ON fork.id = %(run_id)s
-     WHERE a.idempotency_key = %(key)s AND a.state = 'outcome_unknown'
-       AND fork.idempotency_key LIKE 'fork-of:' || CAST(a.run_id AS text) || ':%%'
-       FOR UPDATE OF a
-), moved AS (
+-- A fork (pipeline/runs/fork.py) carries on what the runs it was forked from (`origins`: its
+-- origin, that one's, ...) left open: such a run's action whose outcome is unknown moves to the
+-- fork as it stands (its arguments as sent, its attempts and when, which the resend's
+-- retention window counts from), for the fork to reconcile as its own. An origin has ended (a
+-- run is forked once finished), so nothing else would move it but a person, whose decision
+-- needs the same state: one of the two wins. No row: the key is none of theirs, or not open.
+-- The move goes to the audit trail, under the run it was taken from.
+WITH moved AS (
     UPDATE actions
        SET run_id = %(run_id)s, tool_use_id = %(tool_use_id)s, updated_at = now()
-      FROM origin
-     WHERE actions.id = origin.id AND actions.state = 'outcome_unknown'
-    RETURNING actions.idempotency_key, origin.origin_id, actions.args_hash
+      FROM actions AS was
+     WHERE actions.id = was.id AND actions.idempotency_key = %(key)s
+       AND actions.state = 'outcome_unknown'
+       AND actions.run_id = ANY(CAST(%(origins)s AS uuid[]))
+    RETURNING actions.idempotency_key, was.run_id AS origin_id, actions.args_hash
 ), audited AS (
     INSERT INTO action_audit (action_key, run_id, event, "by", via, note, args_hash)
     SELECT idempotency_key, origin_id, 'forked', %(by)s, %(via)s,

@@ -101,9 +101,9 @@ def check_cap_txn(session: Session, new: NewAction) -> None:
 def record_txn(session: Session, new: NewAction) -> ActionView:
     """Save the key before anything is sent. An existing row is left as it is, unless it was
     released or withdrawn: then this run takes the key over, afresh (its own arguments, its own
-    approval); or it is the open action (outcome unknown) of the run this one was forked from:
-    then this run carries it on as it stands. Refused (PermanentError) past the run's cap for
-    the service."""
+    approval); or it is the open action (outcome unknown) of a run this one was forked from
+    (its origin, or that one's): then this run carries it on as it stands. Refused
+    (PermanentError) past the run's cap for the service."""
     check_cap_txn(session, new)
     values = {
         "key": new.key,
@@ -120,24 +120,42 @@ def record_txn(session: Session, new: NewAction) -> ActionView:
     recorded = statements.first(session, "record_action", id=uuid.uuid4(), **values)
     if recorded is None:  # released or withdrawn: this run takes it over
         recorded = statements.first(session, "take_over_action", **values)
-    if recorded is None:  # the fork's origin left it open: the fork reconciles it
+    forked_from_runs = [] if recorded is not None else origins_txn(session, new.run_id)
+    if forked_from_runs:  # a fork: what its origins left open, it reconciles
         statements.first(
             session, "take_over_from_origin", key=new.key, run_id=new.run_id,
-            tool_use_id=new.tool_use_id, by=NIGHTSHIFT, via="the run it was forked from ended",
+            tool_use_id=new.tool_use_id, origins=forked_from_runs, by=NIGHTSHIFT,
+            via="the run it was forked from ended",
         )  # fmt: skip
     if recorded is not None:
         after_commit(session, instruments.ACTIONS.labels(new.first_state.value).inc)
     return view_txn(session, new.key)
 
 
-def origin_of(lease: Lease) -> uuid.UUID | None:
-    """The run this run was forked from (its key names it), None for a run that is no fork."""
-    with fenced(lease) as session:
+MAX_FORK_CHAIN = 20
+"""How many runs back a fork's origins are followed (a fork of a fork of ...)."""
+
+
+def origins_txn(session: Session, run_id: uuid.UUID) -> list[uuid.UUID]:
+    """The runs this run was forked from: its origin, that one's origin, and so on (each
+    named by its fork's key, which only pipeline/runs/fork.py gives). Empty for no fork."""
+    chain: list[uuid.UUID] = []
+    current = run_id
+    while len(chain) < MAX_FORK_CHAIN:
         key = session.execute(
-            select(Run.idempotency_key).where(Run.id == lease.run_id)
+            select(Run.idempotency_key).where(Run.id == current)
         ).scalar_one_or_none()
-    origin = forked_from(key)
-    return None if origin is None else origin.run_id
+        origin = forked_from(key)
+        if origin is None:
+            break
+        chain.append(origin.run_id)
+        current = origin.run_id
+    return chain
+
+
+def origins(lease: Lease) -> list[uuid.UUID]:
+    with fenced(lease) as session:
+        return origins_txn(session, lease.run_id)
 
 
 def of_call(lease: Lease, tool_use_id: str) -> ActionView | None:

@@ -181,13 +181,13 @@ def _record(call: ToolCall, tool: Tool, key: str, context: ToolContext) -> Actio
 
 
 def _settled_elsewhere(call: ToolCall, tool: Tool, action: ActionView) -> ToolOutput | None:
-    """None when the action is this run's to carry on, or its origin's: a fork's origin's
-    actions are the fork's own past, settled as their record says (done, failed or rejected
-    there), never sent again and never a conflict. Another run's action that the service
+    """None when the action is this run's to carry on, or its origins': the actions of the runs
+    a fork was forked from are its own past, settled as their record says (done, failed or
+    rejected there), never sent again and never a conflict. Another run's action that the service
     settled gives its outcome (the effect is not repeated), unless a person's decision stands
     between: an approved action counts only for the very same call (tool and arguments).
     Anything else parks this run, naming both runs."""
-    mine = action.run_id == call.run_id or action.run_id == rows.origin_of(call.lease)
+    mine = action.run_id == call.run_id or action.run_id in rows.origins(call.lease)
     if mine and dispatch.carries_on(tool, action.tool, action.requires_approval):
         return None
     key = action.key

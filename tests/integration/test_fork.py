@@ -17,9 +17,9 @@ from sqlalchemy import select, update
 from models import Action, ActionAudit, ActionState, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.errors import InvalidInput
-from pipeline.runs.cancel import cancel_run
+from pipeline.runs.cancel import cancel_run, cancel_run_txn
 from pipeline.runs.decisions import Actor, Decision, decide
-from pipeline.runs.fork import fork_run
+from pipeline.runs.fork import fork_run, fork_run_txn
 from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
 from pipeline.views.runs import show_run
@@ -65,6 +65,30 @@ def start_reporter(
     register_agents(AGENT)
     processes("worker")
     return sandbox
+
+
+PART_1 = "status_reporter:night-7:part-1"
+
+
+@pytest.fixture
+def unknown_first_email(
+    sandbox: Sandbox,
+    processes: ProcessFactory,
+    register_agents: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Sandbox, uuid.UUID]:
+    """A run whose first email went out but was answered with a 500, from a service that can
+    neither dedup a key nor say what it sent (a person must say what happened), cancelled
+    instead: the email's outcome stays unknown."""
+    start_reporter(sandbox, processes, register_agents, monkeypatch, email_mode="none")
+    sandbox.email.status_after_work = 500
+    origin = start_run("status_reporter", REQUEST).run_id
+    row = wait_for_status(origin, {RunStatus.NEEDS_ATTENTION})
+    assert row.waiting_on == f"action:{PART_1}"
+    sandbox.email.status_after_work = None
+    cancel_run(origin, by="test")
+    assert wait_for_status(origin, DONE).status is RunStatus.CANCELLED
+    return sandbox, origin
 
 
 @pytest.fixture
@@ -147,22 +171,10 @@ def test_a_fork_from_step_2_sends_nothing_already_done_and_goes_on_live(
 
 @pytest.mark.timeout(180)
 def test_a_fork_carries_on_its_origins_unknown_send_and_never_parks_on_its_key(
-    sandbox: Sandbox,
-    processes: ProcessFactory,
-    register_agents: Callable[..., None],
-    monkeypatch: pytest.MonkeyPatch,
+    unknown_first_email: tuple[Sandbox, uuid.UUID],
 ) -> None:
-    # given a run whose first email went out but was answered with a 500, from a service that
-    # can neither dedup a key nor say what it sent: a person must say; instead it is cancelled
-    start_reporter(sandbox, processes, register_agents, monkeypatch, email_mode="none")
-    sandbox.email.status_after_work = 500
-    origin = start_run("status_reporter", REQUEST).run_id
-    part_1 = "status_reporter:night-7:part-1"
-    row = wait_for_status(origin, {RunStatus.NEEDS_ATTENTION})
-    assert row.waiting_on == f"action:{part_1}"
-    sandbox.email.status_after_work = None
-    cancel_run(origin, by="test")
-    assert wait_for_status(origin, DONE).status is RunStatus.CANCELLED
+    # given a run that left its first email's outcome unknown (cancelled instead of asking)
+    sandbox, origin = unknown_first_email
 
     # when it is forked from step 0
     fork = fork_run(origin, 0, by="test").started.run_id
@@ -170,24 +182,49 @@ def test_a_fork_carries_on_its_origins_unknown_send_and_never_parks_on_its_key(
     # then the fork takes the origin's open send over as it stands and waits for a person on
     # that action, as the origin would have: no key conflict with its origin, nothing resent
     row = wait_for_status(fork, {RunStatus.NEEDS_ATTENTION})
-    assert (row.waiting_on, row.stop_reason) == (f"action:{part_1}", None)
+    assert (row.waiting_on, row.stop_reason) == (f"action:{PART_1}", None)
     with transaction() as session:
         action = session.execute(
-            select(Action).where(Action.idempotency_key == part_1)
+            select(Action).where(Action.idempotency_key == PART_1)
         ).scalar_one()
         assert (action.run_id, action.state, action.attempts) == (
             fork, ActionState.OUTCOME_UNKNOWN, 1
         )  # fmt: skip
         events = session.scalars(
-            select(ActionAudit.event).where(ActionAudit.action_key == part_1)
+            select(ActionAudit.event).where(ActionAudit.action_key == PART_1)
         ).all()
         assert "forked" in events
     assert emailed(sandbox) == ["Part 1"]
     # and once a person says it happened, the fork goes on and sends each email once
-    decide(part_1, Decision.HAPPENED, Actor("oncall@example.com", "test"), note="in the inbox")
+    decide(PART_1, Decision.HAPPENED, Actor("oncall@example.com", "test"), note="in the inbox")
     row = wait_for_status(fork, DONE)
     assert row.status is RunStatus.SUCCEEDED, row.error
     assert emailed(sandbox) == ["Part 1", "Part 2", "Status: outage"]
+
+
+@pytest.mark.timeout(180)
+def test_a_fork_of_a_fork_carries_on_what_the_first_run_left_open(
+    unknown_first_email: tuple[Sandbox, uuid.UUID],
+) -> None:
+    # given a run that left its first email's outcome unknown, and a fork of it cancelled in the
+    # transaction that started it (it ends before its first model call, the email untouched)
+    sandbox, origin = unknown_first_email
+    with transaction() as session:
+        first = fork_run_txn(session, origin, 0, by="test").started.run_id
+        cancel_run_txn(session, first, by="test")
+    assert wait_for_status(first, DONE).status is RunStatus.CANCELLED
+
+    # when that fork is forked in turn
+    second = fork_run(first, 0, by="test").started.run_id
+
+    # then the second takes the first run's open send over (its origin's origin), and a person
+    # is asked about it: no key conflict, nothing resent
+    row = wait_for_status(second, {RunStatus.NEEDS_ATTENTION})
+    assert (row.waiting_on, row.stop_reason) == (f"action:{PART_1}", None)
+    with transaction() as session:
+        owner = session.scalar(select(Action.run_id).where(Action.idempotency_key == PART_1))
+    assert owner == second
+    assert emailed(sandbox) == ["Part 1"]
 
 
 def test_forks_are_refused_with_the_reason(
