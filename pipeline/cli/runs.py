@@ -286,7 +286,10 @@ def register(add: AddCommand) -> None:
     fork.add_argument("--json", action="store_true")
     register_verb(verbs)
 
-    show = add("show", cmd_show, "show a run: status, usage, journal timeline and actions")
+    show = add(
+        "show", cmd_show,
+        "show a run: status, usage, agent state, journal timeline and actions",
+    )  # fmt: skip
     show.add_argument("run", help="run id, or its first characters (at least 4)")
     show.add_argument("--json", action="store_true")
 

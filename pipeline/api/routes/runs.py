@@ -103,9 +103,9 @@ def runs(
 
 @authed.get("/runs/{run_id}", tags=["runs"], responses=failures(401, 404, 422))
 async def run(run_id: str, wait: Wait = None) -> dict[str, Any]:
-    """A run with its input, result, journal timeline and actions. With `?wait=`, answer once
-    the run finished or started waiting (at once if it has), or when the time is up, with its
-    `outcome` as `POST /runs?wait=` gives it."""
+    """A run with its input, result, agent state, journal timeline and actions. With `?wait=`,
+    answer once the run finished or started waiting (at once if it has), or when the time is
+    up, with its `outcome` as `POST /runs?wait=` gives it."""
     wanted = await run_in_threadpool(resolve_run_id, run_id)
     settled = None if wait is None else await listen.wait_settled(wanted, wait)
     shown: dict[str, Any] = await run_in_threadpool(show_run, wanted)
