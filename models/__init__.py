@@ -11,12 +11,11 @@ from models.bulk_operation import BulkItem, BulkKind, BulkOperation
 from models.external_event import ExternalEvent
 from models.journal import JournalEntry
 from models.model_outage import ModelOutage
-from models.notification import Notification
 from models.resumption import ResumeCause, Resumption
 from models.run import Run, tokens_used
 from models.run_event import RunEvent
 from models.schedule_fire import ScheduleFire
-from models.status import ActionState, BatchStatus, FireDecision, RunStatus
+from models.status import ActionKind, ActionState, BatchStatus, FireDecision, RunStatus
 from models.status_page_session import StatusPageSession
 from models.webhook_delivery import WebhookDelivery
 from models.worker_heartbeat import WorkerHeartbeat
@@ -24,6 +23,7 @@ from models.worker_heartbeat import WorkerHeartbeat
 __all__ = [
     "Action",
     "ActionAudit",
+    "ActionKind",
     "ActionState",
     "Alert",
     "ApiToken",
@@ -39,7 +39,6 @@ __all__ = [
     "FireDecision",
     "JournalEntry",
     "ModelOutage",
-    "Notification",
     "ResumeCause",
     "Resumption",
     "Run",

@@ -1,5 +1,5 @@
 """Alerts: budget and policy warnings, raised once per kind and subject
-(models/sql/notifications.sql raise_alert); each one's webhook is a notification."""
+(models/sql/webhooks.sql raise_alert); each one's webhook is an action of kind `webhook`."""
 
 from __future__ import annotations
 

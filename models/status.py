@@ -62,6 +62,17 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 }
 
 
+class ActionKind(StrEnum):
+    """Who holds an action while it is sent: the same rows, states and statements either way."""
+
+    TOOL = "tool"
+    """A tool call's side effect, sent by its run's step under the run's lease and fence."""
+    WEBHOOK = "webhook"
+    """A webhook nightshift owes a receiver (a run's or batch's notify_url, or an alert's
+    NIGHTSHIFT_ALERT_WEBHOOK_URL), sent by pipeline/delivery/ after what it announces
+    committed: no step holds it, so the row carries its own claim (fence, lease)."""
+
+
 class ActionState(StrEnum):
     PENDING_APPROVAL = "pending_approval"
     """Recorded, waiting for a person's decision; nothing has been sent."""

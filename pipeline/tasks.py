@@ -227,11 +227,14 @@ def _hand_on(task: Any, what: str, exc: UnknownAgent | UnknownEventSource) -> No
 
 
 @app.task(name="pipeline.notify", ignore_result=True)
-def notify(notification_id: int, receiver: str = "") -> str:
-    """Hand one completion webhook (a run's or a batch's notify_url) to this worker's senders,
-    off the step threads, in its receiver's queue; when there is no room, the tick sends it
-    again later."""
-    return "queued" if senders().hand_off(deliver, notification_id, receiver) else "busy"
+def notify(key: str = "", receiver: str = "", notification_id: int | None = None) -> str:
+    """Hand one webhook action (a run's or a batch's notify_url, an alert's), named by its
+    key, to this worker's senders, off the step threads, in its receiver's queue; when there
+    is no room, the tick sends it again later. `notification_id`: a task an older release
+    queued before the upgrade moved its row to actions; the tick sends that webhook again."""
+    if not key:
+        return "stale"
+    return "queued" if senders().hand_off(deliver, key, receiver) else "busy"
 
 
 @app.task(

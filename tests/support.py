@@ -7,11 +7,13 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 
+from models import Action, ActionKind, ActionState
 from pipeline.processes.celery_process import wait_for
 
 
@@ -91,3 +93,38 @@ def artifact_text(run_id: uuid.UUID, artifact_id: int) -> str:
     kept = artifact_bytes(run_id, artifact_id)
     assert kept.data is not None, kept.missing
     return kept.data.decode()
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook action (kind `webhook`) as the webhook tests read it: its key names it."""
+
+    key: str
+    event: str
+    state: ActionState
+    attempts: int
+    url: str
+    alert_id: int | None
+    response_status: int | None
+    error: str | None
+    next_attempt_at: datetime
+    updated_at: datetime
+    run_id: uuid.UUID | None
+
+
+def webhooks(*where: ColumnElement[bool]) -> list[Webhook]:
+    """The webhook actions (those `where` selects), oldest first."""
+    from pipeline.db import transaction
+
+    with transaction() as session:
+        rows = session.scalars(
+            select(Action)
+            .where(Action.kind == ActionKind.WEBHOOK, *where)
+            .order_by(Action.created_at, Action.idempotency_key)
+        ).all()
+        return [
+            Webhook(row.idempotency_key, row.tool, row.state, row.attempts, row.args["url"],
+                    row.args.get("alert_id"), (row.result or {}).get("status"), row.error,
+                    row.next_attempt_at, row.updated_at, row.run_id)
+            for row in rows
+        ]  # fmt: skip

@@ -8,8 +8,9 @@
   `step.sql` what every step runs (the claim and what it loads, the journal writes, the
   checkpoint, the lease renewal); `runs.sql` a run's other changes (creation, fenced writes,
   park, finish, wake, cancel, the tick's takeovers, expiry); `actions.sql` the action
-  protocol's rows and their audit trail; `batches.sql` batches, their join and the budget
-  stops; `notifications.sql` completion webhooks and alerts (owed, dispatched, delivered);
+  protocol's rows and their audit trail (tool side effects and webhooks alike);
+  `batches.sql` batches, their join and the budget stops; `webhooks.sql` what only webhook
+  actions have (alerts raised, delivery tasks dispatched, a sender's claim, retries);
   `outages.sql` the model provider's outages; `retention.sql` a finished run's compaction and
   deletion; `bulk.sql` bulk operations and their items; `testing.sql` what only pipeline.testing
   runs, on a database a test owns (its clock). `pipeline/statements.py` runs them, and
@@ -27,7 +28,7 @@ from sqlalchemy.engine import Connection
 
 SCHEMA_FILE = "schema.sql"
 STATEMENT_FILES = (
-    "step.sql", "runs.sql", "actions.sql", "batches.sql", "notifications.sql", "outages.sql",
+    "step.sql", "runs.sql", "actions.sql", "batches.sql", "webhooks.sql", "outages.sql",
     "retention.sql", "bulk.sql", "testing.sql",
 )  # fmt: skip
 _NAME = "-- name: "

@@ -3,16 +3,22 @@
 -- audit trail of what people and the runtime decided. pipeline/statements.py runs them in the
 -- caller's transaction: a step's, after the fence's guard (runs.sql fence_guard).
 -- A state moves only from the states models/status.py ACTION_TRANSITIONS allows (`sources`),
--- and only for its own run: zero rows is a conflict.
+-- and only for its own run: zero rows is a conflict. A webhook (kind `webhook`: a completion
+-- webhook or an alert's, sent by pipeline/delivery/ once what it announces committed) is the
+-- same row through the same statements; no step holds it, so its sender's claim is the row's
+-- own `fence` (webhooks.sql claim_webhook), which the state changes check when given (a tool's
+-- action passes NULL: its run's fence guards the transaction).
 -- Parameters are psycopg's (%(name)s); each statement ends with a semicolon on its own.
 
 -- name: record_action
 -- The key, saved before anything is sent. No row: the key is taken already (take_over_action
--- may take it over).
-INSERT INTO actions (id, idempotency_key, run_id, tool_use_id, tool, service, args, args_hash,
-                     state, attempts, requires_approval, approvers)
-VALUES (%(id)s, %(key)s, %(run_id)s, %(tool_use_id)s, %(tool)s, %(service)s, %(args)s,
-        %(args_hash)s, %(state)s, 0, %(requires_approval)s, %(approvers)s)
+-- may take it over). An alert's webhook too (pipeline/runs/notifications.py owe_alert_txn);
+-- the completion webhooks are recorded by the status triggers (schema.sql).
+INSERT INTO actions (id, idempotency_key, kind, run_id, batch_id, tool_use_id, tool, service,
+                     args, args_hash, state, attempts, requires_approval, approvers)
+VALUES (%(id)s, %(key)s, %(kind)s, %(run_id)s, %(batch_id)s, %(tool_use_id)s, %(tool)s,
+        %(service)s, %(args)s, %(args_hash)s, %(state)s, 0, %(requires_approval)s,
+        %(approvers)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id
 ;
@@ -48,29 +54,36 @@ RETURNING id
 
 -- name: action_state
 -- This run's action moves to `state`; `attempted`: a send starts (counted, and when). An
--- error or a resolution given is kept; NULL keeps the one the row has.
+-- error, a resolution or arguments given are kept (a webhook's first attempt fixes the bytes
+-- every attempt sends); NULL keeps what the row has. `fence`: a webhook's sender's claim (NULL
+-- for a tool's action); a webhook about no run has run_id NULL.
 UPDATE actions
    SET state = %(state)s,
        attempts = attempts + CASE WHEN %(attempted)s THEN 1 ELSE 0 END,
        first_attempt_at = CASE WHEN %(attempted)s THEN coalesce(first_attempt_at, now())
                                ELSE first_attempt_at END,
        last_attempt_at = CASE WHEN %(attempted)s THEN now() ELSE last_attempt_at END,
+       args = coalesce(CAST(%(args)s AS jsonb), args),
        error = coalesce(%(error)s, error),
        resolution = coalesce(%(resolution)s, resolution),
        updated_at = now()
- WHERE idempotency_key = %(key)s AND run_id = %(run_id)s
+ WHERE idempotency_key = %(key)s AND run_id IS NOT DISTINCT FROM CAST(%(run_id)s AS uuid)
+   AND (CAST(%(fence)s AS bigint) IS NULL OR fence = CAST(%(fence)s AS bigint))
    AND state = ANY(CAST(%(sources)s AS text[]))
 ;
 
 -- name: confirm_action
 -- This run's action happened once: its reply saved with the state. A resolution given
--- (resent, lookup) says how an unknown outcome was settled.
+-- (resent, lookup) says how an unknown outcome was settled. `fence` as in action_state; a
+-- webhook's claim ends with it.
 UPDATE actions
    SET state = 'confirmed',
        result = %(result)s,
        resolution = coalesce(%(resolution)s, resolution),
+       lease_expires_at = NULL,
        updated_at = now()
- WHERE idempotency_key = %(key)s AND run_id = %(run_id)s
+ WHERE idempotency_key = %(key)s AND run_id IS NOT DISTINCT FROM CAST(%(run_id)s AS uuid)
+   AND (CAST(%(fence)s AS bigint) IS NULL OR fence = CAST(%(fence)s AS bigint))
    AND state = ANY(CAST(%(sources)s AS text[]))
 ;
 
@@ -79,7 +92,8 @@ UPDATE actions
 -- those of `run_ids` that have ended. A pending approval is withdrawn; an action that may have
 -- gone out (attempted with no saved reply, or intended again after an unknown outcome and a
 -- resend decided) becomes outcome_unknown, for a person or the next run to settle; the rest is
--- released. Each change goes to the audit trail, by nightshift.
+-- released. Each change goes to the audit trail, by nightshift. Not a webhook: what announces
+-- a run's end is owed after it.
 WITH settled AS (
     UPDATE actions
        SET state = CASE WHEN state = 'pending_approval' THEN 'withdrawn'
@@ -88,7 +102,7 @@ WITH settled AS (
                         ELSE 'released' END,
            resolution = %(reason)s,
            updated_at = now()
-     WHERE run_id = ANY(CAST(%(run_ids)s AS uuid[]))
+     WHERE run_id = ANY(CAST(%(run_ids)s AS uuid[])) AND kind = 'tool'
        AND state IN ('pending_approval', 'intended', 'attempted')
        AND EXISTS (SELECT 1 FROM runs
                     WHERE runs.id = actions.run_id
@@ -115,7 +129,7 @@ SELECT idempotency_key, run_id, state FROM settled
 -- condition; did_not_happen releases the key of a run that ended (nobody would send it; the
 -- next run meaning it may). `seen_run_id`, `seen_args_hash`: what the person was shown, if
 -- said; the decision applies only if the action still is that. No row: decided already, or
--- refused (decisions.py says why).
+-- refused (decisions.py says why). A webhook is no person's to decide: its sender settles it.
 UPDATE actions
    SET state = CASE WHEN %(decision)s = 'did_not_happen'
                          AND EXISTS (SELECT 1 FROM runs
@@ -129,7 +143,7 @@ UPDATE actions
        result = coalesce(CAST(%(result)s AS jsonb), result),
        resolution = coalesce(CAST(%(resolution)s AS text), resolution),
        updated_at = now()
- WHERE idempotency_key = %(key)s AND state = %(required)s
+ WHERE idempotency_key = %(key)s AND state = %(required)s AND kind = 'tool'
    AND (%(fact)s
         OR ((jsonb_array_length(approvers) = 0
              OR approvers @> jsonb_build_array(CAST(%(by)s AS text)))
@@ -147,7 +161,7 @@ RETURNING run_id, state, args_hash
 -- A person stops the replay of a failed action's stored failure: the key is released, and
 -- the next run that means the action does it afresh. No row: no failed action has the key.
 UPDATE actions SET state = 'released', resolution = 'retried', updated_at = now()
- WHERE idempotency_key = %(key)s AND state = 'failed'
+ WHERE idempotency_key = %(key)s AND state = 'failed' AND kind = 'tool'
 RETURNING run_id, error, args_hash
 ;
 

@@ -6,17 +6,18 @@
 -- is idempotent, so applying the file twice changes nothing.
 -- tests/integration/test_schema.py checks that a database migrated to head has exactly these.
 --
--- Why triggers: run_events (the progress feed) and notifications (completion webhooks) are
--- written in the transaction of the change they describe, so no writer can forget one and no
--- crash can commit a change without its event. Each trigger has a WHEN clause, so the statements
--- that change nothing a watcher sees (lease renewals, the fence guard's updated_at) never enter
--- PL/pgSQL. The channel nightshift_run_settled carries only a run id; it is sent when a run
+-- Why triggers: run_events (the progress feed) and completion webhooks (actions of kind
+-- `webhook`, models/action.py) are written in the transaction of the change they describe, so
+-- no writer can forget one and no crash can commit a change without its event. Each trigger
+-- has a WHEN clause, so the statements that change nothing a watcher sees (lease renewals, the
+-- fence guard's updated_at) never enter PL/pgSQL. The channel nightshift_run_settled carries only a run id; it is sent when a run
 -- becomes terminal or parked, a few times per run, never per step (a NOTIFY serialises the
 -- commits that send it).
 
 -- A run's changes: created, claimed (a new fence: which attempt of its step), and each status
 -- change. A status change that a person or a caller waits for also notifies
--- nightshift_run_settled and, with a notify_url on the run or its batch, queues a notification:
+-- nightshift_run_settled and, with a notify_url on the run or its batch, records a webhook
+-- action (intended, sent by pipeline/delivery/):
 -- `run:<id>:finished` when the run ends, and `run:<id>:waiting:<event id>` /
 -- `batch:<id>:waiting:<event id>` when it starts waiting for a person (an approval, or an
 -- unknown outcome: needs_attention). A batch id too long for a key is hashed.
@@ -54,10 +55,14 @@ BEGIN
            OR (NEW.status = 'waiting' AND split_part(NEW.waiting_on, ':', 1) = 'approval') THEN
             finished := NEW.status IN ('succeeded', 'failed', 'cancelled');
             IF NEW.notify_url IS NOT NULL THEN
-                INSERT INTO notifications (idempotency_key, event, run_id, batch_id, event_id, url, state)
-                VALUES ('run:' || NEW.id || CASE WHEN finished THEN ':finished' ELSE ':waiting:' || event_id END,
-                        CASE WHEN finished THEN 'run.finished' ELSE 'run.waiting' END,
-                        NEW.id, NEW.batch_id, event_id, NEW.notify_url, 'intended')
+                INSERT INTO actions (id, idempotency_key, kind, run_id, batch_id, tool, service, args,
+                                     state, attempts, requires_approval, approvers)
+                VALUES (gen_random_uuid(),
+                        'run:' || NEW.id || CASE WHEN finished THEN ':finished' ELSE ':waiting:' || event_id END,
+                        'webhook', NEW.id, NEW.batch_id,
+                        CASE WHEN finished THEN 'run.finished' ELSE 'run.waiting' END, 'webhook',
+                        jsonb_build_object('url', NEW.notify_url, 'event_id', event_id),
+                        'intended', 0, false, '[]')
                 ON CONFLICT (idempotency_key) DO NOTHING;
             END IF;
             IF NOT finished THEN
@@ -65,11 +70,14 @@ BEGIN
                  WHERE b.notify_url IS NOT NULL
                    AND (b.id = NEW.batch_id OR (NEW.batch_id IS NULL AND b.synthesis_run_id = NEW.id));
                 IF FOUND THEN
-                    INSERT INTO notifications (idempotency_key, event, run_id, batch_id, event_id, url, state)
-                    VALUES ('batch:' || CASE WHEN length(waiting_batch.id) <= 160 THEN waiting_batch.id
+                    INSERT INTO actions (id, idempotency_key, kind, run_id, batch_id, tool, service,
+                                         args, state, attempts, requires_approval, approvers)
+                    VALUES (gen_random_uuid(),
+                            'batch:' || CASE WHEN length(waiting_batch.id) <= 160 THEN waiting_batch.id
                                              ELSE md5(waiting_batch.id) END || ':waiting:' || event_id,
-                            'batch.waiting', NEW.id, waiting_batch.id, event_id,
-                            waiting_batch.notify_url, 'intended')
+                            'webhook', NEW.id, waiting_batch.id, 'batch.waiting', 'webhook',
+                            jsonb_build_object('url', waiting_batch.notify_url, 'event_id', event_id),
+                            'intended', 0, false, '[]')
                     ON CONFLICT (idempotency_key) DO NOTHING;
                 END IF;
             END IF;
@@ -86,9 +94,14 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- A side effect recorded, and each change of its state.
+-- A tool's side effect recorded, and each change of its state. A webhook is not the run's
+-- progress (it is sent after the run, or its batch, moved on): no event. (Tested here, not in
+-- the triggers' WHEN: the migrations before 0039 apply this file to a table with no `kind`.)
 CREATE OR REPLACE FUNCTION nightshift_action_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF NEW.kind <> 'tool' THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO run_events (run_id, kind, data) VALUES (NEW.run_id, 'action',
         jsonb_build_object('key', NEW.idempotency_key, 'tool', NEW.tool, 'state', NEW.state,
                            'previous', CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
@@ -97,8 +110,8 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- A batch created, and each change of its status; with a notify_url, its end queues the
--- notification `batch:<id>:finished`.
+-- A batch created, and each change of its status; with a notify_url, its end records the
+-- webhook action `batch:<id>:finished`.
 CREATE OR REPLACE FUNCTION nightshift_batch_event() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     event_id bigint;
@@ -110,10 +123,14 @@ BEGIN
     RETURNING id INTO event_id;
     IF TG_OP = 'UPDATE' AND NEW.notify_url IS NOT NULL
        AND NEW.status IN ('succeeded', 'failed', 'stopped') THEN
-        INSERT INTO notifications (idempotency_key, event, batch_id, event_id, url, state)
-        VALUES ('batch:' || CASE WHEN length(NEW.id) <= 160 THEN NEW.id ELSE md5(NEW.id) END
+        INSERT INTO actions (id, idempotency_key, kind, batch_id, tool, service, args, state,
+                             attempts, requires_approval, approvers)
+        VALUES (gen_random_uuid(),
+                'batch:' || CASE WHEN length(NEW.id) <= 160 THEN NEW.id ELSE md5(NEW.id) END
                     || ':finished',
-                'batch.finished', NEW.id, event_id, NEW.notify_url, 'intended')
+                'webhook', NEW.id, 'batch.finished', 'webhook',
+                jsonb_build_object('url', NEW.notify_url, 'event_id', event_id),
+                'intended', 0, false, '[]')
         ON CONFLICT (idempotency_key) DO NOTHING;
     END IF;
     RETURN NULL;

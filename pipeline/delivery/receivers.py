@@ -2,14 +2,14 @@
 at a time per receiver, and backoff per receiver, so a receiver that is slow or never answers
 costs other runs and other receivers nothing.
 
-The `pipeline.notify` task only hands its notification over (`hand_off`) and returns at once.
+The `pipeline.notify` task only hands its webhook over (`hand_off`) and returns at once.
 At most SENDERS deliveries are in flight per process, one per receiver, each over within its
 total deadline (pipeline/http_deadline.py), and QUEUED more wait, at most PER_RECEIVER of one
-receiver; past that, the task leaves the notification to the tick, which sends it again later.
+receiver; past that, the task leaves the webhook to the tick, which sends it again later.
 A receiver (scheme, host and
 port) whose last send timed out, failed to connect or answered 5xx/429 is not tried again until
 its backoff ends (doubling from FIRST_BACKOFF to LAST_BACKOFF), and then by one send at a time:
-its other notifications are put off without an attempt, instead of each holding a sender for a
+its other webhooks are put off without an attempt, instead of each holding a sender for a
 timeout. The put-off is also written to their rows (pipeline/delivery/sender.py), so
 the tick does not hand them to a worker again, one task and two transactions each, only to be
 put off once more: that churn, on the workers' own threads, was what a tarpit cost other runs.
@@ -35,7 +35,7 @@ PER_RECEIVER = 32
 FIRST_BACKOFF = 2.0
 LAST_BACKOFF = 300.0
 MIN_DEFERRAL = 10.0
-"""A notification put off while its receiver's probe is in flight comes back no sooner: longer
+"""A webhook put off while its receiver's probe is in flight comes back no sooner: longer
 than one send can take, so they do not each come back to find the probe still in flight."""
 
 
@@ -43,7 +43,7 @@ class Receivers:
     """When each receiver may be tried again (this process's view; a restart forgets it).
 
     One send at a time goes to a receiver that failed: while that probe is in flight, or its
-    backoff lasts, the receiver's other notifications are put off (`put_off`)."""
+    backoff lasts, the receiver's other webhooks are put off (`put_off`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -102,7 +102,7 @@ class Senders:
         self._room = queued
         self._per_receiver = per_receiver
         self._changed = threading.Condition()
-        self._waiting: dict[str, deque[tuple[Callable[[int], Any], int]]] = {}
+        self._waiting: dict[str, deque[tuple[Callable[[str], Any], str]]] = {}
         self._turns: deque[str] = deque()
         """Receivers with a delivery waiting and none in flight, in the order they take turns."""
         self._busy: set[str] = set()
@@ -112,16 +112,16 @@ class Senders:
             name = f"nightshift-notify-{number}"
             threading.Thread(target=self._serve, name=name, daemon=True).start()
 
-    def hand_off(self, send: Callable[[int], Any], notification_id: int, receiver: str) -> bool:
-        """Queue `send(notification_id)`; False when there is no room for it (the tick sends
-        it again later)."""
+    def hand_off(self, send: Callable[[str], Any], key: str, receiver: str) -> bool:
+        """Queue `send(key)` (a webhook's key); False when there is no room for it (the tick
+        sends it again later)."""
         with self._changed:
             waiting = self._waiting.setdefault(receiver, deque())
             if self._queued >= self._room or len(waiting) >= self._per_receiver:
                 if not waiting:
                     self._waiting.pop(receiver)
                 return False
-            waiting.append((send, notification_id))
+            waiting.append((send, key))
             self._queued += 1
             if len(waiting) == 1 and receiver not in self._busy:
                 self._turns.append(receiver)
@@ -134,13 +134,13 @@ class Senders:
                 while not self._turns:
                     self._changed.wait()
                 receiver = self._turns.popleft()
-                send, notification_id = self._waiting[receiver].popleft()
+                send, key = self._waiting[receiver].popleft()
                 self._queued -= 1
                 self._busy.add(receiver)
             try:
-                send(notification_id)
+                send(key)
             except Exception as failure:  # its claim lapses and the tick sends it again
-                _report(failure, notification_id)
+                _report(failure, key)
             finally:
                 with self._changed:
                     self._busy.discard(receiver)
@@ -151,12 +151,12 @@ class Senders:
                         self._waiting.pop(receiver, None)
 
 
-def _report(failure: Exception, notification_id: int) -> None:
+def _report(failure: Exception, key: str) -> None:
     """An outage is said once, by DATABASE; anything else here is a defect worth a line."""
     if DATABASE.is_outage(failure):
         DATABASE.failed(failure)
     else:
-        log.error("notification %d: its sender failed: %r", notification_id, failure)
+        log.error("webhook %s: its sender failed: %r", key, failure)
 
 
 RECEIVERS = Receivers()

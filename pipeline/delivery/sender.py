@@ -1,12 +1,15 @@
-"""Sending completion webhooks through the action protocol: the idempotency key was saved with
-the transition (models/notification.py); each attempt claims the row (a fence and a lease, as a
-step claims a run), records `attempted` before the POST, and records the reply after it.
+"""Sending webhooks through the action protocol: a webhook is an action (kind `webhook`,
+models/action.py) whose idempotency key was saved with the transition it announces (or with its
+alert); each attempt claims the row (webhooks.sql claim_webhook: a fence and a lease, as a step
+claims a run), records `attempted` before the POST and `confirmed` with the reply after it,
+through the statements a tool's action uses (actions.sql action_state, confirm_action).
 
 A sender that dies between the two leaves `attempted` with a lapsing claim: the next one finds
 the outcome unknown and sends again with the same key and the same bytes, which a receiver
 honouring Idempotency-Key turns into a replay (at most once per key). A temporary failure
 (a timeout, a 5xx, a 429) is tried again later with backoff, from the tick; a refusal (another
-4xx) or too many attempts fails the notification, with the reason on the row.
+4xx) or too many attempts fails the webhook, with the reason on the row
+(webhooks.sql webhook_not_delivered).
 """
 
 from __future__ import annotations
@@ -57,22 +60,22 @@ class Delivery(StrEnum):
     FAILED = "failed"
 
 
-def deliver(notification_id: int, settings: Settings | None = None) -> Delivery:
-    """One attempt at one notification, if it is owed, due and nobody else holds it."""
+def deliver(key: str, settings: Settings | None = None) -> Delivery:
+    """One attempt at one webhook, if it is owed, due and nobody else holds it."""
     settings = settings or get_settings()
     lease = SEND_SECONDS + settings.lease_seconds  # longer than any one send
     with transaction() as session:
-        claim = statements.first(session, "claim_notification", id=notification_id, lease=lease)
+        claim = statements.first(session, "claim_webhook", key=key, lease=lease)
         if claim is None:
             return Delivery.SKIPPED
-        body = claim.body or _body(session, claim)
-    alert = claim.alert_id is not None
+        body = claim.args.get("body") or _body(session, claim)
+    alert = "alert_id" in claim.args
     if settings.notify_secret is None and not alert:  # an alert goes unsigned, as it always did
         return _record(claim, ActionState.FAILED, error="NIGHTSHIFT_NOTIFY_SECRET is not set")
     # An alert's URL is the operator's setting, not a caller's: the policy is for the latter.
     allowed = ANYWHERE if alert else settings.notify_allowed
     try:  # resolved again now: what the name meant at the start may not be what it means now
-        target = resolve_target(claim.url, allowed)
+        target = resolve_target(claim.args["url"], allowed)
     except TargetRefused as exc:
         return _record(claim, ActionState.FAILED, error=str(exc))
     except TargetUnresolved as exc:
@@ -82,11 +85,14 @@ def deliver(notification_id: int, settings: Settings | None = None) -> Delivery:
         error = f"not sent: {target.receiver} failed just before; trying again in {wait:.0f} s"
         _record(claim, ActionState(claim.state), error=error, retry_in=wait)
         return Delivery.SKIPPED
+    attempted = ActionState.ATTEMPTED
     try:
         with transaction() as session:
             if not statements.execute(
-                session, "notification_attempted", id=notification_id, fence=claim.fence,
-                body=body,
+                session, "action_state", key=key, run_id=claim.run_id, fence=claim.fence,
+                state=attempted, sources=list(ActionState.sources_of(attempted)),
+                attempted=True, args=statements.jsonb({**claim.args, "body": body}), error=None,
+                resolution=None,
             ):  # fmt: skip
                 return Delivery.SKIPPED  # another sender took it over meanwhile
         return _send(claim, target, body, settings.notify_secret)
@@ -116,18 +122,18 @@ def _send(claim: Any, target: Target, body: str, secret: str | None) -> Delivery
         backoff = RECEIVERS.failed(target.receiver)
         return _retry_later(claim, error, response.status_code, None, backoff)
     # The receiver answered. If this was a retry (or this process had backed the receiver
-    # off), it was the receiver's probe: its other notifications, put off past it, are due now.
+    # off), it was the receiver's probe: its other webhooks, put off past it, are due now.
     recovered = RECEIVERS.answered(target.receiver) or claim.attempts > 0
     others = "bring_back_receiver" if recovered else None
     if response.is_success:
-        log.info("notification %s delivered (HTTP %d)", claim.idempotency_key, response.status_code)
+        log.info("webhook %s delivered (HTTP %d)", claim.idempotency_key, response.status_code)
         return _record(claim, ActionState.CONFIRMED, status=response.status_code, others=others)
     return _record(claim, ActionState.FAILED, status=response.status_code, error=error,
                    others=others)  # fmt: skip
 
 
 def _headers(claim: Any, body: str, secret: str | None) -> dict[str, str]:
-    path = urlsplit(claim.url).path or "/"
+    path = urlsplit(claim.args["url"]).path or "/"
     signed = {} if secret is None else signed_headers(secret, "POST", path, body.encode())
     return {
         "Content-Type": "application/json",
@@ -144,10 +150,10 @@ def _retry_later(
     state: ActionState | None,
     backoff: float | None = None,
 ) -> Delivery:
-    """Try this notification again later, with backoff. `backoff`: its receiver failed and may
-    be tried again in that many seconds; this notification is then its next probe, and the
-    receiver's other notifications are put off past it (not handed to a worker each in turn
-    only to find the receiver still backed off)."""
+    """Try this webhook again later, with backoff. `backoff`: its receiver failed and may be
+    tried again in that many seconds; this webhook is then its next probe, and the receiver's
+    other webhooks are put off past it (not handed to a worker each in turn only to find the
+    receiver still backed off)."""
     attempts = claim.attempts + 1
     if attempts >= MAX_ATTEMPTS:
         error = f"gave up after {attempts} attempts; the last: {error}"
@@ -155,8 +161,8 @@ def _retry_later(
     ceiling = min(LAST_RETRY, FIRST_RETRY * 2 ** (attempts - 1)).total_seconds()
     retry_in = max(random.uniform(ceiling / 2, ceiling), backoff or 0.0)
     log.warning(
-        "notification %s to %s failed (%s); trying again in %.0f s",
-        claim.idempotency_key, redact_url(claim.url), error, retry_in,
+        "webhook %s to %s failed (%s); trying again in %.0f s",
+        claim.idempotency_key, redact_url(claim.args["url"]), error, retry_in,
     )  # fmt: skip
     others = None if backoff is None else "put_off_receiver"
     _record(claim, state or ActionState.OUTCOME_UNKNOWN, status=status, error=error,
@@ -173,37 +179,48 @@ def _record(
     retry_in: float = 0.0,
     others: str | None = None,
 ) -> Delivery:
-    """Record the attempt's outcome; `others` (notifications.sql put_off_receiver or
-    bring_back_receiver) moves the receiver's other owed notifications in the same
-    transaction, if the record holds."""
+    """Record the attempt's outcome, by the sender that still holds the claim: confirmed as a
+    tool's action is (actions.sql confirm_action), anything else as a webhook is
+    (webhooks.sql webhook_not_delivered). `others` (webhooks.sql put_off_receiver or
+    bring_back_receiver) moves the receiver's other owed webhooks in the same transaction, if
+    the record holds."""
+    reply = None if status is None else statements.jsonb({"status": status})
     with transaction() as session:
-        recorded = statements.execute(
-            session, "record_notification", id=claim.id, fence=claim.fence, state=state.value,
-            status=status, error=error, retry_in=retry_in,
-        )  # fmt: skip
+        if state is ActionState.CONFIRMED:
+            recorded = statements.execute(
+                session, "confirm_action", key=claim.idempotency_key, run_id=claim.run_id,
+                fence=claim.fence, result=reply, resolution=None,
+                sources=list(ActionState.sources_of(state)),
+            )  # fmt: skip
+        else:
+            recorded = statements.execute(
+                session, "webhook_not_delivered", key=claim.idempotency_key, fence=claim.fence,
+                state=state.value, result=reply, error=error, retry_in=retry_in,
+            )  # fmt: skip
         if recorded and others is not None:
             statements.execute(session, others, **_others_params(claim, retry_in, error))
     if state is ActionState.FAILED:
-        log.warning("notification %s failed: %s", claim.idempotency_key, error)
+        log.warning("webhook %s failed: %s", claim.idempotency_key, error)
         return Delivery.FAILED
     return Delivery.DELIVERED if state is ActionState.CONFIRMED else Delivery.RETRY
 
 
 def _others_params(claim: Any, probe_in: float, error: str | None) -> dict[str, Any]:
-    """The receiver's other notifications come back after its probe (due in `probe_in`) has
-    had the time to answer, and sooner only if it did (bring_back_receiver)."""
+    """The receiver's other webhooks come back after its probe (due in `probe_in`) has had the
+    time to answer, and sooner only if it did (bring_back_receiver)."""
     wait = probe_in + SEND_SECONDS + MIN_DEFERRAL
     put_off = f"not sent yet: its receiver failed just before ({error}); another tries it first"
-    return {"id": claim.id, "url": claim.url, "wait": wait, "error": put_off[:500]}
+    return {"key": claim.idempotency_key, "url": claim.args["url"], "wait": wait,
+            "error": put_off[:500]}  # fmt: skip
 
 
 def _body(session: Session, claim: Any) -> str:
     """The event as JSON, from the transition's run_events row (or the alert): what was true
     then."""
-    if claim.alert_id is not None:
+    if "alert_id" in claim.args:
         return _alert_body(session, claim)
-    event = session.get(RunEvent, claim.event_id)
-    assert event is not None, f"notification {claim.idempotency_key}: its event is gone"
+    event = session.get(RunEvent, claim.args["event_id"])
+    assert event is not None, f"webhook {claim.idempotency_key}: its event is gone"
     document: dict[str, Any] = {
         "id": claim.idempotency_key,
         "event": claim.event,
@@ -241,8 +258,8 @@ def _run_part(session: Session, run_id: Any, data: dict[str, Any]) -> dict[str, 
 
 def _alert_body(session: Session, claim: Any) -> str:
     """kind, subject and message at the top level, as the alert webhook always had them."""
-    alert = session.get(Alert, claim.alert_id)
-    assert alert is not None, f"notification {claim.idempotency_key}: its alert is gone"
+    alert = session.get(Alert, claim.args["alert_id"])
+    assert alert is not None, f"webhook {claim.idempotency_key}: its alert is gone"
     document = {
         "id": claim.idempotency_key,
         "event": claim.event,

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 import pipeline.instruments as instruments
 import pipeline.statements as statements
-from models import Action, ActionState, Run, RunStatus
+from models import Action, ActionKind, ActionState, Run, RunStatus
 from pipeline.db import after_commit
 from pipeline.engine.dispatch import COUNTED, NewAction, cap_refusal
 from pipeline.engine.leases import Lease, fenced
@@ -107,7 +107,9 @@ def record_txn(session: Session, new: NewAction) -> ActionView:
     check_cap_txn(session, new)
     values = {
         "key": new.key,
+        "kind": ActionKind.TOOL,
         "run_id": new.run_id,
+        "batch_id": None,
         "tool_use_id": new.tool_use_id,
         "tool": new.tool,
         "service": new.service,
@@ -182,6 +184,7 @@ def view_txn(session: Session, key: str) -> ActionView:
         .join(Run, Run.id == Action.run_id)
         .where(Action.idempotency_key == key)
     ).one()
+    assert action.run_id is not None, f"action {key!r}: joined to its run, it has one"
     return ActionView(
         key=key,
         state=action.state,
@@ -218,7 +221,7 @@ def set_state_txn(
     changed = statements.execute(
         session, "action_state", key=key, run_id=run_id, state=new,
         sources=list(ActionState.sources_of(new)), attempted=attempted, error=error,
-        resolution=resolution,
+        resolution=resolution, fence=None, args=None,  # the run's fence guards this transaction
     )  # fmt: skip
     _changed(session, key, new, changed)
 
@@ -242,7 +245,7 @@ def confirm_txn(
     confirmed = ActionState.CONFIRMED
     changed = statements.execute(
         session, "confirm_action", key=key, run_id=run_id, result=statements.jsonb(result),
-        resolution=resolution, sources=list(ActionState.sources_of(confirmed)),
+        resolution=resolution, sources=list(ActionState.sources_of(confirmed)), fence=None,
     )  # fmt: skip
     _changed(session, key, confirmed, changed)
 

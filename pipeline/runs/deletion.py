@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, aliased
 
 import pipeline.statements as statements
 from models import Action, Run, RunStatus
-from pipeline.runs.redaction import OPEN_OBLIGATIONS
+from pipeline.runs.redaction import open_obligation
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def _deletable(cutoff: datetime) -> Any:
     return and_(
         Run.compacted_at < cutoff,
         Run.status.in_(RunStatus.terminal()),
-        ~exists().where(Action.run_id == Run.id, Action.state.in_(OPEN_OBLIGATIONS)),
+        ~exists().where(Action.run_id == Run.id, open_obligation()),
         ~exists().where(child.parent_id == Run.id),
     )
 

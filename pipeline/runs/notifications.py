@@ -1,14 +1,14 @@
 """Completion webhooks and alerts' webhooks, the record's side: checking a notify_url, owing an
-alert's delivery, and handing the notifications that are owed to a worker
-(pipeline/delivery/ sends them).
+alert's webhook, and handing the webhooks that are owed to a worker (pipeline/delivery/ sends
+them).
 
-The rows themselves are written by the status triggers in the transaction of the transition
-(models/notification.py), so none is lost. Who sends the first delivery task: the code that
-made the transition, right after its commit (`dispatch_new_txn`); the tick sends the rest
-(`dispatch_due_txn`): retries whose time has come, a delivery whose sender died (its claim
-expired) and one whose task message was lost. Each delivery is a task of its own on the control
-queue, which hands the POST to the worker's own senders (pipeline/delivery/receivers.py), so a slow
-receiver never holds up a step.
+They are actions of kind `webhook` (models/action.py): a completion webhook is recorded by the
+status triggers in the transaction of the transition, so none is lost. Who sends the first
+delivery task: the code that made the transition, right after its commit (`dispatch_new_txn`);
+the tick sends the rest (`dispatch_due_txn`): retries whose time has come, a delivery whose
+sender died (its claim expired) and one whose task message was lost. Each delivery is a task
+of its own on the control queue, which hands the POST to the worker's own senders
+(pipeline/delivery/receivers.py), so a slow receiver never holds up a step.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 import pipeline.statements as statements
+from models import ActionKind, ActionState
 from pipeline.app import app
 from pipeline.db import after_commit
 from pipeline.errors import InvalidInput, TargetUnresolved
@@ -30,6 +31,9 @@ from pipeline.settings import get_settings
 
 NOTIFY_TASK = "pipeline.notify"
 MAX_URL = 2000
+ALERT_EVENT = "alert"
+"""An alert's webhook's event (its action's `tool`; a completion webhook's is run.finished,
+run.waiting, batch.finished or batch.waiting)."""
 
 
 def check_notify_url(url: object, what: str = "notify_url") -> str | None:
@@ -51,40 +55,46 @@ def check_notify_url(url: object, what: str = "notify_url") -> str | None:
 
 
 def owe_alert_txn(session: Session, alert_id: int, subject: str, url: str) -> None:
-    """An alert's webhook, owed in the alert's own transaction, keyed `alert:<id>`. `url` is
-    the operator's NIGHTSHIFT_ALERT_WEBHOOK_URL (not a caller's: no NIGHTSHIFT_NOTIFY_ALLOWED);
-    the run or batch it is about, if any, so the row goes with them when they are deleted."""
+    """An alert's webhook, an action recorded in the alert's own transaction, keyed
+    `alert:<id>`. `url` is the operator's NIGHTSHIFT_ALERT_WEBHOOK_URL (not a caller's: no
+    NIGHTSHIFT_NOTIFY_ALLOWED); the run or batch it is about, if any, so the row goes with them
+    when they are deleted."""
     kind, _, about = subject.partition(":")
     run_id = None
     if kind == "run":
         with contextlib.suppress(ValueError):
             run_id = uuid.UUID(about)
-    params = {"key": f"alert:{alert_id}", "alert_id": alert_id, "url": url, "run_id": run_id,
-              "batch_id": about if kind == "batch" else None}  # fmt: skip
-    statements.execute(session, "owe_alert", **params)
+    statements.execute(
+        session, "record_action", id=uuid.uuid4(), key=f"alert:{alert_id}",
+        kind=ActionKind.WEBHOOK, run_id=run_id, batch_id=about if kind == "batch" else None,
+        tool_use_id=None, tool=ALERT_EVENT, service=ActionKind.WEBHOOK.value,
+        args=statements.jsonb({"url": url, "alert_id": alert_id}), args_hash=None,
+        state=ActionState.INTENDED, requires_approval=False, approvers=statements.jsonb([]),
+    )  # fmt: skip
 
 
-def dispatch_new_txn(session: Session) -> list[int]:
-    """Send a delivery task, after the commit, for every notification this transaction's own
-    transitions wrote."""
-    return _dispatch(session, statements.rows(session, "dispatch_new_notifications"))
+def dispatch_new_txn(session: Session) -> list[str]:
+    """Send a delivery task, after the commit, for every webhook this transaction's own
+    transitions recorded; their keys."""
+    return _dispatch(session, statements.rows(session, "dispatch_new_webhooks"))
 
 
-def dispatch_due_txn(session: Session, grace: float, limit: int = 500) -> list[int]:
-    """The tick: send a delivery task for every notification owed and due that no sender
-    holds and no recent task is on its way to."""
+def dispatch_due_txn(session: Session, grace: float, limit: int = 500) -> list[str]:
+    """The tick: send a delivery task for every webhook owed and due that no sender holds and
+    no recent task is on its way to; their keys."""
     return _dispatch(
-        session, statements.rows(session, "dispatch_due_notifications", grace=grace, limit=limit)
+        session, statements.rows(session, "dispatch_due_webhooks", grace=grace, limit=limit)
     )
 
 
-def _dispatch(session: Session, owed: Sequence[Row[Any]]) -> list[int]:
-    """Each task names its receiver: a worker sends to one receiver one at a time."""
-    tasks = [{"notification_id": row.id, "receiver": receiver_of(row.url)} for row in owed]
+def _dispatch(session: Session, owed: Sequence[Row[Any]]) -> list[str]:
+    """Each task names its webhook by key and its receiver: a worker sends to one receiver
+    one at a time."""
+    tasks = [{"key": row.idempotency_key, "receiver": receiver_of(row.url)} for row in owed]
     if tasks:
         queue = get_settings().control_queue
         after_commit(session, lambda: _send(tasks, queue))
-    return [row.id for row in owed]
+    return [row.idempotency_key for row in owed]
 
 
 def _send(tasks: list[dict[str, Any]], queue: str) -> None:

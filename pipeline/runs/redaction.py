@@ -6,13 +6,13 @@ agent declares personal (Agent.personal_data). What goes whole is the bulky inte
 output: the journal's payloads (each keeps an outline: which model call or tool, tokens, ok or
 error, none of the text), its artifacts' contents, the payloads of the events that started it
 (another service's message, which no agent declares), its progress feed and its settled
-notifications. A run of an agent this process does not know (or an action of a tool its agent
+webhooks. A run of an agent this process does not know (or an action of a tool its agent
 no longer has) loses its input, state, result, arguments and results whole: nobody declares
 their fields any more.
 
 An open obligation (an action pending approval, attempted or with an unknown outcome) keeps its
 key, state and arguments, which a lookup, a resend or a person deciding still needs, and an owed
-notification keeps its body and URL; the next compaction after they settle redacts them.
+webhook keeps its body and URL; the next compaction after they settle redacts them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy import Boolean, and_, not_, select
 from sqlalchemy.orm import Session
 
 import pipeline.statements as statements
-from models import Action, ActionState, JournalEntry, Run
+from models import Action, ActionKind, ActionState, JournalEntry, Run
 from pipeline.agent_definition import Agent
 from pipeline.errors import UnknownAgent
 from pipeline.logs import get_logger
@@ -40,7 +40,7 @@ OPEN_OBLIGATIONS = (
     ActionState.ATTEMPTED,
     ActionState.OUTCOME_UNKNOWN,
 )
-OWED_NOTIFICATIONS = (ActionState.INTENDED, ActionState.ATTEMPTED, ActionState.OUTCOME_UNKNOWN)
+OWED_WEBHOOKS = (ActionState.INTENDED, ActionState.ATTEMPTED, ActionState.OUTCOME_UNKNOWN)
 
 REDACTED: dict[str, Any] = {"redacted": True}
 """What a wholly redacted JSON column holds."""
@@ -49,8 +49,15 @@ REDACTED_TEXT = "[redacted]"
 
 
 def settled_action() -> Any:
-    """An action nobody owes anything for any more: retention may take its details."""
-    return not_(Action.state.in_(OPEN_OBLIGATIONS))
+    """A tool's action nobody owes anything for any more: retention may take its details. (A
+    webhook is the run's announcement, not its obligation: compaction deletes it once settled,
+    and an owed one keeps no run from retention.)"""
+    return and_(Action.kind == ActionKind.TOOL, not_(Action.state.in_(OPEN_OBLIGATIONS)))
+
+
+def open_obligation() -> Any:
+    """A tool's action someone still owes something for: its run's record stays."""
+    return and_(Action.kind == ActionKind.TOOL, Action.state.in_(OPEN_OBLIGATIONS))
 
 
 def unredacted_action() -> Any:
@@ -160,7 +167,7 @@ def _values() -> dict[str, Any]:
     return {
         "redacted": statements.jsonb(REDACTED),
         "open": [state.value for state in OPEN_OBLIGATIONS],
-        "owed": [state.value for state in OWED_NOTIFICATIONS],
+        "owed": [state.value for state in OWED_WEBHOOKS],
     }
 
 

@@ -24,9 +24,9 @@ from models import Action, Artifact, JournalEntry, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.runs.deletion import DeletedRun, deletable_txn, delete_run_txn
 from pipeline.runs.redaction import (
-    OPEN_OBLIGATIONS,
     compact_run_txn,
     delete_artifacts_txn,
+    open_obligation,
     outlined,
     unredacted_action,
 )
@@ -173,7 +173,7 @@ def _kept_txn(session: Session, cutoff: datetime, limit: int) -> list[KeptRun]:
             func.count(),
         )
         .join(Action, Action.run_id == Run.id)
-        .where(_old_finished(cutoff), Action.state.in_(OPEN_OBLIGATIONS))
+        .where(_old_finished(cutoff), open_obligation())
         .group_by(Run.id, Action.state)
         .order_by(Run.id)
         .limit(limit)

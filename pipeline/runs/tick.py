@@ -52,8 +52,8 @@ class TickReport:
     woken: list[uuid.UUID]
     expired: list[uuid.UUID] = field(default_factory=list)
     """Parked runs ended because their deadline passed or they waited past the maximum wait."""
-    notified: list[int] = field(default_factory=list)
-    """Notifications handed to a worker to send (again)."""
+    notified: list[str] = field(default_factory=list)
+    """The keys of the webhooks handed to a worker to send (again)."""
     bulk: list[uuid.UUID] = field(default_factory=list)
     """Bulk operations sent again: their worker died, or their task was lost."""
 
@@ -80,7 +80,7 @@ def tick(settings: Settings | None = None, limit: int = 500) -> TickReport:
         # One probe per model that is down, and the runs that waited it out, a few a tick.
         woken += tend_outages_txn(session, settings)
         fanout.ready_batches_txn(session)
-        # Last: notifications the transitions above owe, retries due, senders that died.
+        # Last: webhooks the transitions above owe, retries due, senders that died.
         notified = dispatch_due_txn(session, grace, limit)
         lost_bulk = bulk.resend_lost_txn(session, limit)
     if orphans:

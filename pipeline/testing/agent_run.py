@@ -15,7 +15,16 @@ from sqlalchemy import select
 
 import pipeline.statements as statements
 from models import Action as ActionRow
-from models import ActionState, Artifact, Batch, BatchStatus, JournalEntry, Run, RunStatus
+from models import (
+    ActionKind,
+    ActionState,
+    Artifact,
+    Batch,
+    BatchStatus,
+    JournalEntry,
+    Run,
+    RunStatus,
+)
 from pipeline.agent_definition import Agent, Message
 from pipeline.app import step_queue
 from pipeline.db import read_only, transaction
@@ -223,7 +232,9 @@ class AgentRun:
     def actions(self) -> list[Action]:
         with self._reading() as session:
             rows = session.scalars(
-                select(ActionRow).where(ActionRow.run_id == self.id).order_by(ActionRow.created_at)
+                select(ActionRow)
+                .where(ActionRow.run_id == self.id, ActionRow.kind == ActionKind.TOOL)
+                .order_by(ActionRow.created_at)
             ).all()
         return [self._action(row) for row in rows]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from models import Action, ActionAudit, ActionState
+from models import Action, ActionAudit, ActionKind, ActionState
 from pipeline.db import read_only
 from pipeline.errors import UnknownAction
 from pipeline.views.runs import plain
@@ -28,7 +28,9 @@ def count_actions(states: tuple[ActionState, ...]) -> int:
     """Actions in these states (an index scan on state)."""
     with read_only() as session:
         counted = session.scalar(
-            select(func.count()).select_from(Action).where(Action.state.in_(states))
+            select(func.count())
+            .select_from(Action)
+            .where(Action.state.in_(states), Action.kind == ActionKind.TOOL)
         )
     return int(counted or 0)
 
@@ -48,7 +50,12 @@ def show_action(key: str) -> dict[str, Any]:
 
 
 def list_actions(state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    query = select(Action).order_by(Action.created_at.desc()).limit(limit)
+    query = (
+        select(Action)
+        .where(Action.kind == ActionKind.TOOL)  # a webhook is no person's to decide
+        .order_by(Action.created_at.desc())
+        .limit(limit)
+    )
     if state:
         query = query.where(Action.state == ActionState(state))
     with read_only() as session:

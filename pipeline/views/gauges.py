@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from models import Action, ActionState, Resumption, Run, RunStatus
+from models import Action, ActionKind, ActionState, Resumption, Run, RunStatus
 from pipeline.db import read_only
 from pipeline.settings import Settings
 from pipeline.views.liveness import queue_liveness_txn
@@ -69,7 +69,7 @@ class DatabaseGauges(Collector):
         by_state = dict(
             session.execute(
                 select(Action.state, func.count())
-                .where(Action.state.in_(OPEN_ACTIONS))
+                .where(Action.state.in_(OPEN_ACTIONS), Action.kind == ActionKind.TOOL)
                 .group_by(Action.state)
             ).all()
         )

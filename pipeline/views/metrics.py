@@ -35,7 +35,7 @@ import redis
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from models import Action, ActionState, Resumption, Run, RunStatus
+from models import Action, ActionKind, ActionState, Resumption, Run, RunStatus
 from pipeline.db import broker_client, read_only
 from pipeline.settings import Settings, get_settings
 
@@ -126,14 +126,20 @@ def collect_txn(session: Session) -> Metrics:
     actions = {
         str(state): count
         for state, count in session.execute(
-            select(Action.state, func.count()).group_by(Action.state)
+            select(Action.state, func.count())
+            .where(Action.kind == ActionKind.TOOL)
+            .group_by(Action.state)
         )
     }
     resent = {
         resolution or "none": count
         for resolution, count in session.execute(
             select(Action.resolution, func.count())
-            .where(Action.state == ActionState.CONFIRMED, Action.attempts > 1)
+            .where(
+                Action.state == ActionState.CONFIRMED,
+                Action.attempts > 1,
+                Action.kind == ActionKind.TOOL,
+            )
             .group_by(Action.resolution)
         )
     }

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import Action, Artifact, JournalEntry, Run, RunStatus, artifact_url
+from models import Action, ActionKind, Artifact, JournalEntry, Run, RunStatus, artifact_url
 from pipeline.db import read_only
 from pipeline.errors import AmbiguousRunId, RunNotFound
 from pipeline.keys import fork_key, forked_from, retried_run, retry_key
@@ -115,7 +115,9 @@ def show_run(run_id: uuid.UUID, *, full: bool = False) -> dict[str, Any]:
             select(JournalEntry).where(JournalEntry.run_id == run_id).order_by(JournalEntry.id)
         ).all()
         actions = session.scalars(
-            select(Action).where(Action.run_id == run_id).order_by(Action.created_at)
+            select(Action)
+            .where(Action.run_id == run_id, Action.kind == ActionKind.TOOL)
+            .order_by(Action.created_at)
         ).all()
         shown = {
             "run": {

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from models import ActionState, Alert, Notification, RunStatus
+from models import Action, ActionState, Alert, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.engine.budgets import raise_alert_txn
@@ -24,7 +24,7 @@ from tests.integration.api_fixtures import client
 from tests.integration.conftest import ProcessFactory
 from tests.integration.test_notify import SECRET
 from tests.integration.test_status_page import sign_in
-from tests.support import wait_for, wait_for_status
+from tests.support import Webhook, wait_for, wait_for_status, webhooks
 
 CAP = 3_000
 
@@ -46,15 +46,8 @@ def receiver(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> It
     hooks.stop()
 
 
-def deliveries() -> list[Notification]:
-    with transaction() as session:
-        return list(
-            session.scalars(
-                select(Notification)
-                .where(Notification.alert_id.is_not(None))
-                .order_by(Notification.id)
-            )
-        )
+def deliveries() -> list[Webhook]:
+    return webhooks(Action.tool == "alert")
 
 
 @pytest.mark.timeout(240)
@@ -78,9 +71,9 @@ def test_an_alert_is_delivered_once_when_the_worker_dies_right_after_its_post(
     # the first POST to end kills the worker)
     assert receiver.deliveries()[0]["body"]["kind"] in ("nightly_budget_warning", "nightly_budget")
     cut_off = {
-        n.idempotency_key
+        n.key
         for n in deliveries()
-        if n.state is ActionState.ATTEMPTED and receiver.deliveries(n.idempotency_key)
+        if n.state is ActionState.ATTEMPTED and receiver.deliveries(n.key)
     }
     assert cut_off, "a POST went out whose answer was never saved"
 
@@ -89,7 +82,7 @@ def test_an_alert_is_delivered_once_when_the_worker_dies_right_after_its_post(
     row = wait_for_status(run_id, {RunStatus.FAILED.value}, timeout=120)
     assert row.stop_reason == "nightly_budget"
 
-    def all_confirmed() -> list[Notification] | None:
+    def all_confirmed() -> list[Webhook] | None:
         found = deliveries()
         done = len(found) == 2 and all(n.state is ActionState.CONFIRMED for n in found)
         return found if done else None
@@ -99,11 +92,11 @@ def test_an_alert_is_delivered_once_when_the_worker_dies_right_after_its_post(
     with transaction() as session:
         alerts = {a.id: a for a in session.scalars(select(Alert))}
     keys = [f"alert:{n.alert_id}" for n in sent]
-    assert [n.idempotency_key for n in sent] == keys
+    assert [n.key for n in sent] == keys
     for notification in sent:
-        if notification.idempotency_key in cut_off:
+        if notification.key in cut_off:
             assert notification.attempts == 2  # again after the kill
-            actions = [r["action"] for r in receiver.requests(notification.idempotency_key)]
+            actions = [r["action"] for r in receiver.requests(notification.key)]
             assert actions == ["delivered", "replayed"]
     duplicate_report.append(sum(len(receiver.deliveries(key)) - 1 for key in keys))
     assert [len(receiver.deliveries(key)) for key in keys] == [1, 1]
@@ -139,7 +132,7 @@ def test_the_status_page_shows_each_alert_with_its_webhooks_delivery(
     with transaction() as session:
         raise_alert_txn(session, get_settings(), "nightly_budget", "night:2026-11-29", "stopped")
         session.execute(
-            update(Notification).values(state=ActionState.FAILED, attempts=12, error="HTTP 503")
+            update(Action).values(state=ActionState.FAILED, attempts=12, error="HTTP 503")
         )
     # when a person looks at the dashboard
     api = client()

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from models import ActionState, Notification, Run, RunStatus
+from models import ActionState, Run, RunStatus
 from pipeline.cli.main import main
 from pipeline.db import transaction
 from pipeline.delivery.sender import Delivery, deliver
@@ -31,7 +31,7 @@ from pipeline.settings import get_settings
 from pipeline.slots import Schedule
 from tests.integration.api_fixtures import AUTH, client
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import wait_for, wait_for_status
+from tests.support import Webhook, wait_for, wait_for_status, webhooks
 
 SECRET = "test-notify-secret-not-secret-0123"
 REPORT = {"team": "ops", "date": "2026-11-29"}
@@ -48,19 +48,14 @@ def hooks(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     receiver.stop()
 
 
-def notifications() -> list[Notification]:
-    with transaction() as session:
-        return list(session.scalars(select(Notification).order_by(Notification.id)))
-
-
 def set_status(run_id: uuid.UUID, status: RunStatus, **values: Any) -> None:
     with transaction() as session:
         session.execute(update(Run).where(Run.id == run_id).values(status=status, **values))
 
 
 def deliver_due() -> list[Delivery]:
-    """What a worker would do with the tasks the tick sends: each due notification, once."""
-    return [deliver(n.id) for n in notifications() if not n.state.is_terminal()]
+    """What a worker would do with the tasks the tick sends: each due webhook, once."""
+    return [deliver(n.key) for n in webhooks() if not n.state.is_terminal()]
 
 
 def test_a_run_is_notified_once_when_the_worker_dies_right_after_the_post(
@@ -78,13 +73,13 @@ def test_a_run_is_notified_once_when_the_worker_dies_right_after_the_post(
     # when the run finishes, its event is posted, and the worker dies before recording it
     wait_for(doomed.exited, timeout=60, what="the worker to die after the POST")
     assert len(hooks.deliveries(key)) == 1
-    assert [n.state for n in notifications()] == [ActionState.ATTEMPTED]
+    assert [n.state for n in webhooks()] == [ActionState.ATTEMPTED]
 
     # then a healthy worker finds the outcome unknown and sends it again with the same key
     processes("healthy")
 
-    def confirmed() -> Notification | None:
-        found = notifications()
+    def confirmed() -> Webhook | None:
+        found = webhooks()
         return found[0] if found and found[0].state is ActionState.CONFIRMED else None
 
     sent = wait_for(confirmed, timeout=60, what="the notification to be confirmed")
@@ -92,7 +87,7 @@ def test_a_run_is_notified_once_when_the_worker_dies_right_after_the_post(
     duplicate_report.append(len(hooks.deliveries(key)) - 1)
     assert len(hooks.deliveries(key)) == 1
     assert [r["action"] for r in hooks.requests(key)] == ["delivered", "replayed"]
-    assert (sent.attempts, sent.idempotency_key, sent.response_status) == (2, key, 200)
+    assert (sent.attempts, sent.key, sent.response_status) == (2, key, 200)
     [delivery] = hooks.deliveries(key)
     assert delivery["signature_ok"] is True and delivery["event"] == "run.finished"
     body = delivery["body"]
@@ -133,7 +128,7 @@ def test_waiting_for_approval_and_finishing_are_each_told_once(
     events = [(d["event"], d["key"]) for d in hooks.deliveries()]
     assert events == [("run.waiting", waiting["key"]), ("run.finished", f"run:{run_id}:finished")]
     assert all(d["signature_ok"] for d in hooks.deliveries())
-    assert {n.state for n in notifications()} == {ActionState.CONFIRMED}
+    assert {n.state for n in webhooks()} == {ActionState.CONFIRMED}
 
 
 def test_a_receiver_that_is_down_is_sent_the_event_again_later_and_gets_it_once(
@@ -144,24 +139,24 @@ def test_a_receiver_that_is_down_is_sent_the_event_again_later_and_gets_it_once(
     set_status(run_id, RunStatus.WAITING, waiting_on="timer:toolu_1")
     set_status(run_id, RunStatus.RUNNING, waiting_on=None)
     set_status(run_id, RunStatus.FAILED, stop_reason="deadline", error="too late")
-    [owed] = notifications()
-    assert (owed.event, owed.idempotency_key) == ("run.finished", f"run:{run_id}:finished")
+    [owed] = webhooks()
+    assert (owed.event, owed.key) == ("run.finished", f"run:{run_id}:finished")
 
     # when the receiver answers 503 twice
     httpx.post(f"{hooks.url}/_control/fail", json={"times": 2, "status": 503}).raise_for_status()
-    assert deliver(owed.id) is Delivery.RETRY
-    assert deliver(owed.id) is Delivery.SKIPPED  # not due yet: backoff
-    later = notifications()[0]
+    assert deliver(owed.key) is Delivery.RETRY
+    assert deliver(owed.key) is Delivery.SKIPPED  # not due yet: backoff
+    later = webhooks()[0]
     assert later.state is ActionState.OUTCOME_UNKNOWN and later.next_attempt_at > later.updated_at
 
     # then it is tried again when due, and again, until it is received, once
     outcomes = []
     deadline = time.monotonic() + 30
-    while notifications()[0].state is not ActionState.CONFIRMED and time.monotonic() < deadline:
+    while webhooks()[0].state is not ActionState.CONFIRMED and time.monotonic() < deadline:
         outcomes += [o for o in deliver_due() if o is not Delivery.SKIPPED]
         time.sleep(0.2)
     assert outcomes == [Delivery.RETRY, Delivery.DELIVERED]
-    done = notifications()[0]
+    done = webhooks()[0]
     assert (done.state, done.attempts, done.response_status) == (ActionState.CONFIRMED, 3, 200)
     assert [r["action"] for r in hooks.requests()] == ["refused", "refused", "delivered"]
     body = hooks.deliveries()[0]["body"]
@@ -176,23 +171,23 @@ def test_a_receiver_that_fails_is_probed_by_one_notification_and_the_rest_follow
     for day in (1, 2, 3):
         run_id = start_run("nightly_report", {**REPORT, "date": f"2026-11-0{day}"}, notify_url=url)
         set_status(run_id.run_id, RunStatus.SUCCEEDED)
-    first, *others = notifications()
+    first, *others = webhooks()
 
     # when the first is answered 503: the others are put off in their rows, past its retry
     httpx.post(f"{hooks.url}/_control/fail", json={"times": 1, "status": 503}).raise_for_status()
-    assert deliver(first.id) is Delivery.RETRY
-    probe = notifications()[0]
-    for put_off in notifications()[1:]:
+    assert deliver(first.key) is Delivery.RETRY
+    probe = webhooks()[0]
+    for put_off in webhooks()[1:]:
         assert put_off.next_attempt_at > probe.next_attempt_at and put_off.attempts == 0
         assert "its receiver failed just before (HTTP 503" in (put_off.error or "")
-    assert [deliver(n.id) for n in others] == [Delivery.SKIPPED] * 2  # not due: nothing sent
+    assert [deliver(n.key) for n in others] == [Delivery.SKIPPED] * 2  # not due: nothing sent
     assert tick().notified == []
 
     # then the probe is tried when its retry is due, and once it is received the others are
     # due at once (not at the end of their put-off)
-    wait_for(lambda: tick().notified == [first.id], timeout=30, what="the probe to be due")
-    assert deliver(first.id) is Delivery.DELIVERED
-    assert [deliver(n.id) for n in others] == [Delivery.DELIVERED] * 2
+    wait_for(lambda: tick().notified == [first.key], timeout=30, what="the probe to be due")
+    assert deliver(first.key) is Delivery.DELIVERED
+    assert [deliver(n.key) for n in others] == [Delivery.DELIVERED] * 2
     assert [r["action"] for r in hooks.requests()] == ["refused", *["delivered"] * 3]
 
 
@@ -202,9 +197,9 @@ def test_a_receiver_that_refuses_fails_the_notification_without_more_attempts(
     run_id = start_run("nightly_report", REPORT, notify_url=f"{hooks.url}/hooks/ops").run_id
     set_status(run_id, RunStatus.CANCELLED, stop_reason="cancelled")
     httpx.post(f"{hooks.url}/_control/fail", json={"times": 5, "status": 410}).raise_for_status()
-    [owed] = notifications()
-    assert deliver(owed.id) is Delivery.FAILED
-    failed = notifications()[0]
+    [owed] = webhooks()
+    assert deliver(owed.key) is Delivery.FAILED
+    failed = webhooks()[0]
     assert (failed.state, failed.attempts, failed.response_status) == (ActionState.FAILED, 1, 410)
     assert "HTTP 410" in (failed.error or "")
     assert tick().notified == []  # nothing owed any more

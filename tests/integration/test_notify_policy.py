@@ -17,7 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select, update
 
-from models import ActionState, Notification, Run, RunStatus
+from models import Action, ActionKind, ActionState, Run, RunStatus
 from pipeline.db import transaction
 from pipeline.delivery.sender import SEND_SECONDS, Delivery, deliver
 from pipeline.runs.notifications import dispatch_new_txn
@@ -27,7 +27,7 @@ from pipeline.settings import get_settings
 from tests.integration.api_fixtures import AUTH, live_server, make_app
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.integration.test_notify import REPORT, SECRET, set_status
-from tests.support import run_row, wait_for, wait_for_status
+from tests.support import Webhook, run_row, wait_for, wait_for_status, webhooks
 
 
 @pytest.fixture
@@ -115,12 +115,10 @@ def test_a_delivery_checks_the_address_again_and_sends_nothing_where_it_is_not_a
     # when, at delivery, it resolves to an address the policy does not allow
     monkeypatch.delenv("NIGHTSHIFT_NOTIFY_ALLOWED")
     get_settings.cache_clear()
-    with transaction() as session:
-        [owed] = session.scalars(select(Notification)).all()
-    # then nothing is sent and the notification fails, saying why
-    assert deliver(owed.id) is Delivery.FAILED
-    with transaction() as session:
-        failed = session.get_one(Notification, owed.id)
+    [owed] = webhooks()
+    # then nothing is sent and the webhook fails, saying why
+    assert deliver(owed.key) is Delivery.FAILED
+    [failed] = webhooks()
     assert failed.state is ActionState.FAILED and failed.attempts == 0
     assert "resolves to 127.0.0.1" in (failed.error or "")
     assert receiver.requests() == []
@@ -201,11 +199,8 @@ def test_a_dripping_receiver_delays_no_other_receivers_delivery_past_its_own_dea
 
         # and the dripper's first was cut off at the deadline, its outcome unknown, to be sent
         # again later with its key; the dripper never held more than one sender
-        def cut_off() -> list[Notification]:
-            with transaction() as session:
-                dripped = session.scalars(
-                    select(Notification).where(Notification.url == dripper.url)
-                ).all()
+        def cut_off() -> list[Webhook]:
+            dripped = webhooks(Action.args["url"].as_string() == dripper.url)
             return [n for n in dripped if n.attempts and n.state is not ActionState.ATTEMPTED]
 
         [first] = wait_for(cut_off, timeout=3 * SEND_SECONDS, what="the dripper's POST to end")
@@ -279,7 +274,7 @@ def test_a_receiver_that_never_answers_costs_other_runs_nothing(
             after.append(_latency(7 + len(after)))
         loaded = statistics.median(after)
         with transaction() as session:
-            owed = session.scalars(select(Notification)).all()
+            owed = session.scalars(select(Action).where(Action.kind == ActionKind.WEBHOOK)).all()
             now = session.scalar(select(func.now()))
     finally:
         tarpit.close()

@@ -8,17 +8,17 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import and_, func, select, text
 
 from models import (
     Action,
     ActionAudit,
+    ActionKind,
     ActionState,
     Alert,
     Batch,
     ExternalEvent,
     JournalEntry,
-    Notification,
     Run,
     RunEvent,
     RunStatus,
@@ -88,9 +88,11 @@ def compacted_run(
             )
         )
         session.add(Alert(kind="budget_tokens", subject=f"run:{run_id}", message="over"))
-        session.add(Notification(idempotency_key=f"run:{run_id}:finished", event="run.finished",
-                                 run_id=run_id, event_id=1, url="http://receiver.invalid/",
-                                 state=ActionState.FAILED))  # fmt: skip
+        session.add(Action(idempotency_key=f"run:{run_id}:finished", kind=ActionKind.WEBHOOK,
+                           run_id=run_id, tool="run.finished", service="webhook",
+                           args={"url": "http://receiver.invalid/", "event_id": 1},
+                           state=ActionState.FAILED, requires_approval=False,
+                           approvers=[]))  # fmt: skip
         session.flush()
         session.execute(
             text(
@@ -112,7 +114,7 @@ def rows_of(run_id: uuid.UUID) -> dict[str, int]:
         "events": ExternalEvent.run_id == run_id,
         "schedule_fires": ScheduleFire.run_id == run_id,
         "alerts": Alert.subject == f"run:{run_id}",
-        "notifications": Notification.run_id == run_id,
+        "webhooks": and_(Action.run_id == run_id, Action.kind == ActionKind.WEBHOOK),
         "run_events": RunEvent.run_id == run_id,
     }
     with transaction() as session:
