@@ -56,6 +56,18 @@ def run_row(run_id: uuid.UUID) -> Any:
         return session.execute(select(Run).where(Run.id == run_id)).scalar_one()
 
 
+def tool_results_of(run_id: uuid.UUID | str) -> list[str]:
+    """The content of each tool result the run journaled, in order."""
+    from models import JournalEntry
+    from pipeline.db import transaction
+
+    with transaction() as session:
+        entries = session.scalars(
+            select(JournalEntry).where(JournalEntry.run_id == run_id).order_by(JournalEntry.id)
+        )
+        return [e.payload["content"] for e in entries if e.key.startswith("tool:")]
+
+
 def claim(run_id: uuid.UUID, owner: str, lease_seconds: float) -> Any:
     """Claim the run as a step does (pipeline.engine.leases.take): its Lease, or None."""
     from pipeline.engine.leases import Lease, take

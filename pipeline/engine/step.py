@@ -25,7 +25,7 @@ from models import RunStatus
 from pipeline.agent_definition import Agent, Conversation
 from pipeline.app import send_step, send_step_after_commit
 from pipeline.crash import crash_point
-from pipeline.engine import dispatch, quarantine, step_sql, stops
+from pipeline.engine import dispatch, drift, quarantine, step_sql, stops
 from pipeline.engine import journal as jr
 from pipeline.engine.actions import ParkRun
 from pipeline.engine.gate import Gate
@@ -259,7 +259,7 @@ class StepRunner:
             status = RunStatus.CANCELLED if stopped.reason == "cancelled" else RunStatus.FAILED
             return self._finish(run, status, stopped.reason, error=str(stopped))
         except NonDeterminism as exc:
-            return self._finish(run, RunStatus.FAILED, "non_determinism", error=str(exc))
+            return self._finish(run, RunStatus.FAILED, drift.NON_DETERMINISM, error=str(exc))
         except PermanentError as exc:
             return self._finish(
                 run, RunStatus.FAILED, "model_error", error=f"model call failed: {exc}"

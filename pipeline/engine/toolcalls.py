@@ -115,9 +115,11 @@ def _call(
         await_timer(tool, call.block, call.lease, call.step, journal)
     seen = state.for_call()
     context = replace(_context(call, settings, seen), keep_going=keep_going)
+    onces = JournalOnce(call.lease, journal, call.step, call.block["id"], drift.once_mismatch(call))
     try:
-        with once_scope(JournalOnce(call.lease, journal, call.step)):
+        with once_scope(onces):
             output = _execute(tool, call, context)
+        onces.finish()
     except (PermanentError, TemporaryError) as exc:
         error = dispatch.failure(settings, name, exc)
         log.warning("tool %s", error)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select
 
-from models import Action, ActionAudit, ActionState, JournalEntry, RunStatus
+from models import Action, ActionAudit, ActionState, RunStatus
 from pipeline import BatchPlan
 from pipeline.db import transaction
 from pipeline.registry import registry
@@ -23,7 +23,7 @@ from pipeline.views.feed import Subject
 from pipeline.views.metrics import collect
 from pipeline.views.runs import show_run
 from tests.integration.conftest import ProcessFactory, Sandbox
-from tests.support import run_row, wait_for, wait_for_status
+from tests.support import run_row, tool_results_of, wait_for, wait_for_status
 
 OLD, NEW = "tests.fixture_agents:NOTIFIER", "tests.fixture_agents:NOTIFIER_REKEYED"
 NEXT = "tests.fixture_agents:NOTIFIER_NEXT"
@@ -134,14 +134,6 @@ RELEASES = {
     "park": "tests.fixture_agents:NOTIFIER_RENAMED_PARKS",
     "fail": "tests.fixture_agents:NOTIFIER_RENAMED_FAILS",
 }
-
-
-def tool_results_of(run_id: uuid.UUID) -> list[str]:
-    with transaction() as session:
-        entries = session.scalars(
-            select(JournalEntry).where(JournalEntry.run_id == run_id).order_by(JournalEntry.id)
-        )
-        return [e.payload["content"] for e in entries if e.key.startswith("tool:")]
 
 
 @pytest.mark.parametrize(
