@@ -306,18 +306,11 @@ UPDATE runs SET outcome_published = true, updated_at = now()
 -- A fork (pipeline/runs/fork.py) takes its origin's journal before `step`, in the transaction
 -- that created it and before its first step is sent: its steps before `step` are replayed from
 -- these entries as a takeover replays a run's own (the conversation rebuilt, no model call or
--- tool run again), and its first step is `step`, with the agent state those steps left: the
--- document the last tool result before `step` journaled (engine/state_replay.py), as a step
--- replaying them would follow it. Only while the fork is untouched (never claimed, at step 0).
--- The entries are copied in the origin's order. Returns how many.
+-- tool run again; the agent state those steps left comes from these entries too,
+-- engine/state_replay.py), and its first step is `step`. Only while the fork is untouched
+-- (never claimed, at step 0). The entries are copied in the origin's order. Returns how many.
 WITH fork AS (
-    UPDATE runs
-       SET step = %(step)s,
-           state = coalesce((SELECT j.payload -> 'state' FROM journal j
-                              WHERE j.run_id = %(origin_id)s AND j.step < %(step)s
-                                AND j.key LIKE 'tool:%%' AND j.payload -> 'state' IS NOT NULL
-                              ORDER BY j.id DESC LIMIT 1), state),
-           updated_at = now()
+    UPDATE runs SET step = %(step)s, updated_at = now()
      WHERE id = %(fork_id)s AND fence = 0 AND step = 0
     RETURNING id
 ), copied AS (
