@@ -378,11 +378,11 @@ def cancel_run(run_id: str, by: str | None = None) -> str:
     return cancel.cancel_run(uuid.UUID(run_id), BROKER_CLIENT).status.value
 
 
-@app.task(name=bulk.BULK_TASK, ignore_result=True)
+@app.task(name=bulk.BULK_TASK, ignore_result=True, acks_late=False, retry_on_worker_lost=False)
 def bulk_operation(operation_id: str) -> int:
-    """Apply a bulk operation's items not done yet. Acknowledged on receipt, not late: if
-    this worker dies, the tick sends the operation again once its lease passed (a redelivery
-    an hour later would only find it finished)."""
+    """Apply a bulk operation's items not done yet. Acknowledged on receipt, not late (as
+    every other task is): if this worker dies, the tick sends the operation again once its
+    lease passed; a redelivery an hour later would only find it finished."""
     return bulk.process(uuid.UUID(operation_id))
 
 
