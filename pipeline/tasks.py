@@ -35,6 +35,7 @@ from pipeline.errors import (
     NightshiftError,
     NotFound,
     ScheduleError,
+    SettingsError,
     UnknownAgent,
     UnknownEventSource,
 )
@@ -58,9 +59,10 @@ from pipeline.settings import get_settings
 
 log = logging.getLogger("nightshift.tasks")
 
-BEAT_CONFIG_EXIT = 78
-"""Beat's exit status when its schedules are wrong (EX_CONFIG): a supervisor that restarts it
-meets the same file, so the status says it is configuration, not a crash."""
+CONFIG_EXIT = 78
+"""Beat's exit status when its schedules are wrong, a worker's when its tracing settings are
+(EX_CONFIG): a supervisor that restarts it meets the same configuration, so the status says it
+is configuration, not a crash."""
 REQUEUE_PAUSE_SECONDS = 1.0
 HANDOFF_PAUSE_SECONDS = 1.0
 """Between two deliveries of a step or a start to workers without its agent, on average."""
@@ -98,8 +100,14 @@ def _load_model_sdk(**_: Any) -> None:
 
 @worker_init.connect
 def _trace(**_: Any) -> None:
-    """Spans exported as the OTEL_* variables say, or none (pipeline/tracing.py)."""
-    tracing.configure()
+    """Spans exported as the OTEL_* variables say, or none (pipeline/tracing.py). An exporter
+    nobody provides stops the worker at start: it would otherwise run untraced unnoticed."""
+    try:
+        tracing.configure()
+    except SettingsError as exc:
+        log.critical("worker stops: %s", exc)
+        # SystemExit, not an Exception: Celery's signal dispatch would log one and go on.
+        raise SystemExit(CONFIG_EXIT) from None
 
 
 @worker_shutdown.connect
@@ -138,7 +146,7 @@ def _store_schedules(**_: Any) -> None:
     except ScheduleError as exc:
         log.critical("beat stops: %s", exc)
         # SystemExit, not an Exception: Celery's signal dispatch would log one and go on.
-        raise SystemExit(BEAT_CONFIG_EXIT) from None
+        raise SystemExit(CONFIG_EXIT) from None
     except (NightshiftError, SQLAlchemyError) as exc:
         log.error("beat could not store its schedules (workers check their own): %s", exc)
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pipeline.processes.celery_process import CeleryProcess
 from pipeline.runs.schedule_list import active_schedules
-from pipeline.tasks import BEAT_CONFIG_EXIT
+from pipeline.tasks import CONFIG_EXIT
 from tests.support import nightshift
 
 # A comma missing on line 3 (after "nightly_report"), at column 43.
@@ -44,7 +44,7 @@ def test_a_malformed_schedules_file_stops_beat_and_the_listing(db_url: str, tmp_
     # when beat starts with it, then it stops, saying where, and never starts ticking
     status, log = _beat_exit(tmp_path, path)
     where = f"NIGHTSHIFT_SCHEDULES_FILE={path}, line 3, column 57"
-    assert status == BEAT_CONFIG_EXIT, log
+    assert status == CONFIG_EXIT, log
     assert f"beat stops: {where}: not JSON: Expecting ',' delimiter" in log
     assert "Traceback" not in log
     assert active_schedules().stored_by is None
@@ -67,7 +67,7 @@ def test_a_misspelt_field_names_its_entry_and_stops_beat(db_url: str, tmp_path: 
     path.write_text("[\n" + ",\n".join("  " + json.dumps(e) for e in entries) + "\n]\n")
     # when beat starts, then it stops at the entry's line and column, naming the field
     status, log = _beat_exit(tmp_path, path)
-    assert status == BEAT_CONFIG_EXIT, log
+    assert status == CONFIG_EXIT, log
     assert f"NIGHTSHIFT_SCHEDULES_FILE={path}, line 3, column 3: schedule 'late-report': " in log
     assert "unknown field 'hours'" in log
     assert active_schedules().stored_by is None
@@ -79,7 +79,7 @@ def test_a_schedule_naming_an_unregistered_agent_is_refused(db_url: str, tmp_pat
     path.write_text(json.dumps([{"name": "triage", "agent": "acme_triage", "minute": "*/5"}]))
     # when beat starts, then it refuses to store it and stops, in one line naming both
     status, log = _beat_exit(tmp_path, path)
-    assert status == BEAT_CONFIG_EXIT, log
+    assert status == CONFIG_EXIT, log
     refusal = [line for line in log.splitlines() if "beat stops:" in line]
     assert len(refusal) == 1, log
     assert "schedule 'triage' names agent 'acme_triage', which is not registered" in refusal[0]

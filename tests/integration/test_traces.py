@@ -19,6 +19,7 @@ from models import RunStatus
 from pipeline.app import app
 from pipeline.runs.start import start_run
 from pipeline.settings import get_settings
+from pipeline.tasks import CONFIG_EXIT
 from tests.integration.api_fixtures import AUTH, client
 from tests.integration.conftest import ProcessFactory, Sandbox
 from tests.otlp_collector import OtlpCollector, ReceivedSpan
@@ -178,3 +179,15 @@ def test_the_api_carries_a_traceparent_into_the_run_with_tracing_off_there(
     assert run_row(untraced).trace_context is None
     exported = wait_for(steps(untraced), timeout=30, what="the untraced run's step spans")
     assert {s.trace_id for s in exported} == {untraced.hex}
+
+
+def test_a_worker_told_to_export_to_an_exporter_nobody_provides_stops_at_start(
+    db_url: str, processes: ProcessFactory
+) -> None:
+    worker = processes("w1", wait=False, env={"OTEL_TRACES_EXPORTER": "zipkin_json"})
+    wait_for(worker.exited, timeout=60, what="the worker to stop")
+    assert worker.process is not None
+    log = worker.log()
+    assert worker.process.returncode == CONFIG_EXIT, log
+    assert "worker stops: OTEL_TRACES_EXPORTER names 'zipkin_json'" in log
+    assert "Traceback" not in log
