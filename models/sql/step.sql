@@ -65,9 +65,11 @@ VALUES (%(run_id)s, %(key)s, %(step)s, %(step_name)s, %(payload)s, false)
 -- name: checkpoint
 -- The step's end, in one statement: step + 1, its counters, the lease given up, the agent
 -- state the step changed (`state`, NULL: unchanged; it replaces every entry of runs.state but
--- the runtime's `artifacts`), and its deferred journal entries (its last tool result), written
--- only if the UPDATE found the fence current. Returns the new step and the hand-off's time (the updated_at it wrote, as epoch
--- seconds: the next step's message carries it); no row: the lease is lost, nothing written.
+-- the runtime's `artifacts`), and its deferred journal entries (its last tool result; one JSON
+-- array of {key, step, step_name, payload}, in order: one parameter for the driver to send,
+-- where four arrays cost four), written only if the UPDATE found the fence current. Returns
+-- the new step and the hand-off's time (the updated_at it wrote, as epoch seconds: the next
+-- step's message carries it); no row: the lease is lost, nothing written.
 WITH checkpointed AS (
     UPDATE runs
        SET step = step + 1,
@@ -90,11 +92,9 @@ WITH checkpointed AS (
     RETURNING id, step
 ), entries AS (
     INSERT INTO journal (run_id, key, step, step_name, payload, compacted)
-    SELECT checkpointed.id, e.key, e.step, e.step_name, e.payload, false
-      FROM checkpointed,
-           unnest(CAST(%(keys)s AS text[]), CAST(%(steps)s AS integer[]),
-                  CAST(%(step_names)s AS text[]), CAST(%(payloads)s AS jsonb[]))
-               AS e(key, step, step_name, payload)
+    SELECT checkpointed.id, e ->> 'key', CAST(e ->> 'step' AS integer), e ->> 'step_name',
+           e -> 'payload', false
+      FROM checkpointed, jsonb_array_elements(CAST(%(entries)s AS jsonb)) AS e
 )
 SELECT step, CAST(extract(epoch FROM now()) AS float8) AS handed_off FROM checkpointed
 ;

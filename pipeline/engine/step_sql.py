@@ -155,10 +155,12 @@ def checkpoint(
         "fence": fence,
         "tool_calls": tool_calls,
         **usage,
-        "keys": [entry.key for entry in entries],
-        "steps": [entry.step for entry in entries],
-        "step_names": [entry.step_name for entry in entries],
-        "payloads": [jsonb(entry.payload) for entry in entries],
+        "entries": jsonb(
+            [
+                {"key": e.key, "step": e.step, "step_name": e.step_name, "payload": e.payload}
+                for e in entries
+            ]
+        ),
         "state": None if state is None else jsonb(state),
     }
     (checkpointed,) = pipelined([("checkpoint", params)])
