@@ -13,15 +13,24 @@ import psycopg
 import pytest
 from sqlalchemy import func, select, update
 
-from models import Action, ActionAudit, BulkItem, BulkOperation, Run, RunStatus
+from models import Action, ActionAudit, ActionState, BulkItem, BulkOperation, Run, RunStatus
 from pipeline.api.tokens import create_token
 from pipeline.db import transaction
 from pipeline.errors import InvalidInput
 from pipeline.runs import bulk
 from pipeline.runs.bulk_filter import BulkFilter
+from pipeline.runs.decisions import Actor, decide
 from pipeline.runs.retry import retry_run
 from pipeline.runs.start import start_run
-from tests.integration.api_fixtures import AUTH, client, person_token, submit_login
+from tests.integration.api_fixtures import (
+    AUTH,
+    BUG,
+    action_row,
+    client,
+    park_on_approval,
+    person_token,
+    submit_login,
+)
 from tests.integration.conftest import ProcessFactory, Services, opened_pulls
 from tests.support import nightshift, run_row, wait_for, wait_for_status
 
@@ -275,3 +284,42 @@ def test_a_bulk_reject_decides_every_pending_approval_as_its_approver_would(
     assert 'done <span class="n-done">5</span>' in rejected.text
     assert "finished at" in rejected.text and "wrong fix" in rejected.text
     assert 'refused <span class="n-refused">5</span>' in page.get(f"/ui/bulk/{first}").text
+
+
+def test_an_operation_acts_on_what_it_matched_when_made_each_as_the_single_action(
+    db_url: str,
+) -> None:
+    # given three patch runs waiting for approvals anyone may give, and two reports running
+    parked = [
+        park_on_approval(f"patch:acme/shop:patch/issue-{n}", bug={**BUG, "issue": n})
+        for n in range(1, 4)
+    ]
+    reports = [start_run(*REPORT, f"report-{n}").run_id for n in range(2)]
+    by = Actor("ops@example.com", "test")
+    approve = bulk.create("approve", BulkFilter.parse({"agent": "patch"}), by, "go")
+    cancel = bulk.create("cancel", BulkFilter.parse({"agent": "nightly_report"}), by, "bad night")
+    # and, before a worker applies them, one approval decided by hand and one report ended,
+    # and a third report started: not matched when the operation was made
+    decide(approve.items[0].action_key, "approve", by)
+    _ended([reports[1]], RunStatus.FAILED, "model_error", hours_ago=0)
+    late = start_run(*REPORT, "report-late").run_id
+
+    # when a worker applies each operation (the task's own call)
+    assert bulk.process(approve.operation_id) == 3
+    assert bulk.process(cancel.operation_id) == 2
+    assert bulk.process(cancel.operation_id) == 0  # finished: a re-send applies nothing
+
+    # then each item says what its single action did, the decided one and the ended run as
+    # "already", and the late run was never touched
+    approved = [(item.outcome, item.detail) for item in _items(str(approve.operation_id))]
+    assert approved[0][0] == "already"
+    assert [outcome for outcome, _ in approved[1:]] == ["done", "done"]
+    assert {action_row(item.action_key).state for item in approve.items} == {ActionState.INTENDED}
+    assert all(run_row(run_id).status == RunStatus.RUNNING for run_id in parked)
+    cancelled = [(item.outcome, item.detail) for item in _items(str(cancel.operation_id))]
+    assert cancelled == [
+        ("done", "cancel requested: the run is running and stops at its next check"),
+        ("already", "run had ended (failed)"),
+    ]
+    assert run_row(reports[0]).cancel_requested
+    assert not run_row(late).cancel_requested and _finished(str(cancel.operation_id))
