@@ -387,11 +387,14 @@ def cancel_run(run_id: str, by: str | None = None) -> str:
 
 
 @app.task(name=bulk.BULK_TASK, ignore_result=True, acks_late=False, retry_on_worker_lost=False)
-def bulk_operation(operation_id: str) -> int:
+def bulk_operation(operation_id: str) -> int | str:
     """Apply a bulk operation's items not done yet. Acknowledged on receipt, not late (as
     every other task is): if this worker dies, the tick sends the operation again once its
     lease passed; a redelivery an hour later would only find it finished."""
-    return bulk.process(uuid.UUID(operation_id))
+    # PostgreSQL away (said once, not a traceback): the item in flight rolled back, and the
+    # tick sends the operation again once its lease passed.
+    applied = DATABASE.attempt(lambda: bulk.process(uuid.UUID(operation_id)))
+    return "database_unreachable" if applied is None else applied
 
 
 @app.task(name="pipeline.cleanup", ignore_result=True, send_events=False)
