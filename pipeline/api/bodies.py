@@ -98,7 +98,10 @@ class ForkRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     from_step: int = Field(
-        ge=0, le=1_000_000, description="numbered as the run's journal numbers them (from 0)"
+        strict=True,
+        ge=0,
+        le=1_000_000,
+        description="numbered as the run's journal numbers them (from 0)",
     )
 
 

@@ -45,8 +45,9 @@ def last_step(status: RunStatus, steps: int) -> int:
 
 def fork_run_txn(session: Session, run_id: uuid.UUID, step: int, by: str) -> Fork:
     """Start a fork of `run_id` from `step`, unless one was started already. Refused: a run that
-    has not finished (StatusConflict), whose journal retention compacted (StatusConflict), or a
-    step it never reached (InvalidInput). Its first step is sent once the caller commits."""
+    has not finished, whose journal retention compacted or that never reached `step`
+    (StatusConflict); a negative step (InvalidInput). Its first step is sent once the caller
+    commits."""
     origin = session.execute(
         select(
             Run.agent, Run.status, Run.input, Run.notify_url, Run.deadline, Run.created_at,
@@ -66,8 +67,10 @@ def fork_run_txn(session: Session, run_id: uuid.UUID, step: int, by: str) -> For
             f"{origin.compacted_at:%Y-%m-%d}"
         )
     last = last_step(origin.status, origin.step)
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= last:
-        raise InvalidInput(
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InvalidInput(f"a run is forked from a step numbered 0 or more, not {step!r}")
+    if step > last:  # a step this run never reached: its record disagrees, not the request
+        raise StatusConflict(
             f"run {run_id} has steps 0 to {last}: it cannot be forked from step {step!r}"
         )
     # The time the origin was given, from now, as a retry has it.

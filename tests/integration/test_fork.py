@@ -249,7 +249,10 @@ def test_forks_are_refused_with_the_reason(
     assert past.stderr.strip() == (
         f"nightshift: run {done} has steps 0 to 2: it cannot be forked from step 3"
     )
+    assert api.post(f"/runs/{done}/fork", json={"from_step": 3}, headers=AUTH).status_code == 409
     assert api.post(f"/runs/{done}/fork", json={"from_step": -1}, headers=AUTH).status_code == 422
+    assert api.post(f"/runs/{done}/fork", json={"from_step": False},
+                    headers=AUTH).status_code == 422  # fmt: skip
     assert api.post(f"/runs/{uuid.uuid4()}/fork", json={"from_step": 0},
                     headers=AUTH).status_code == 404  # fmt: skip
     with transaction() as session:

@@ -158,7 +158,7 @@ def fork(run_id: str, body: ForkRequest, who: Caller, response: Response) -> Sta
     (no model call or side effect of theirs is made again), and it goes on live from
     `from_step`. `GET /runs/{run_id}` of each names the other (`fork_of`, `forks`). Asked again
     for the same step, it answers with that fork (200). A run that has not finished, or whose
-    journal retention compacted, is a 409; a step the run never reached, a 422."""
+    journal retention compacted, or a step the run never reached, is a 409."""
     forked = fork_run(resolve_run_id(run_id), body.from_step, by=who.actor.identity)
     return _new_run(forked.started, response)
 
