@@ -185,7 +185,7 @@ WITH moved AS (
        SET run_id = %(run_id)s, tool_use_id = %(tool_use_id)s, updated_at = now()
       FROM actions AS was
      WHERE actions.id = was.id AND actions.idempotency_key = %(key)s
-       AND actions.state = 'outcome_unknown'
+       AND actions.state = 'outcome_unknown' AND actions.kind = 'tool'
        AND actions.run_id = ANY(CAST(%(origins)s AS uuid[]))
     RETURNING actions.idempotency_key, was.run_id AS origin_id, actions.args_hash
 ), audited AS (

@@ -88,6 +88,7 @@ def check_cap_txn(session: Session, new: NewAction) -> None:
         .select_from(Action)
         .where(
             Action.run_id == new.run_id,
+            Action.kind == ActionKind.TOOL,  # a webhook about the run is none of its sends
             Action.service == new.service,
             Action.idempotency_key != new.key,
             Action.state.in_(COUNTED),
