@@ -7,12 +7,15 @@ names); both empty in production.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
 
+from pipeline.logs import get_logger
 from pipeline.settings import get_settings
+
+# Within a step, each line names the run and step it stopped (logs.step_context).
+log = get_logger("nightshift.crash")
 
 POINTS = frozenset(
     {
@@ -40,14 +43,10 @@ def crash_point(name: str) -> None:
     if name not in POINTS:
         raise ValueError(f"unknown crash point {name!r}")
     if name in get_settings().crash_points:
-        logging.getLogger("nightshift.crash").warning(
-            "crash point %s: killing pid %d", name, os.getpid()
-        )
+        log.warning("crash point %s: killing pid %d", name, os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
     if name in get_settings().pause_points:
-        logging.getLogger("nightshift.crash").warning(
-            "pause point %s: stopping pid %d until SIGCONT", name, os.getpid()
-        )
+        log.warning("pause point %s: stopping pid %d until SIGCONT", name, os.getpid())
         # To this thread, not the process: a process-directed SIGSTOP is taken by another
         # thread (the main one, asleep in Celery's poll), and until that thread is scheduled
         # and stops the rest, this one runs on past its pause point, into the step's next

@@ -31,7 +31,9 @@ MONITOR = Schedule(
     params={"token_cap": 5_000_000}, overlap=Overlap.CANCEL_OTHER,
 )  # fmt: skip
 NIGHT = datetime(2026, 11, 30, 8, tzinfo=UTC)  # 03:00 in New York: the 02:00 slot is due
-WORKING = re.compile(r"\[run=([0-9a-f-]{36}) step=(\d+) agent=\w+ worker=[^\]]+\] working")
+KILLED_AT = re.compile(
+    r"\[run=([0-9a-f-]{36}) step=(\d+) agent=\w+ worker=[^\]]+\] crash point \w+: killing"
+)
 DONE = {RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value}
 
 
@@ -56,9 +58,9 @@ def synthesis_of(batch_id: str) -> uuid.UUID | None:
         return session.scalar(select(Batch.synthesis_run_id).where(Batch.id == batch_id))
 
 
-def last_step_worked_on(log: str) -> tuple[uuid.UUID, int]:
-    """The run and step a worker (of concurrency 1) was working on when its log ends."""
-    run_id, step = WORKING.findall(log)[-1]
+def step_killed_at(log: str) -> tuple[uuid.UUID, int]:
+    """The run and step a worker's crash point killed it in, as its last line names them."""
+    run_id, step = KILLED_AT.findall(log)[-1]
     return uuid.UUID(run_id), int(step)
 
 
@@ -109,7 +111,7 @@ def test_a_night_of_thirty_competitors_with_a_killed_worker_and_a_dead_page(
         "doomed", concurrency=1, env={"NIGHTSHIFT_CRASH_POINTS": "after_model_journaled"}
     )
     wait_for(doomed.exited, timeout=60, what="the doomed worker to die at its first reply")
-    victim_id, victim_step = last_step_worked_on(doomed.log())
+    victim_id, victim_step = step_killed_at(doomed.log())
     victim = run_row(victim_id)
     assert victim.agent == "competitor_monitor", "the worker died in the middle of the batch"
 
