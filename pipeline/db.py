@@ -262,10 +262,21 @@ def transaction(url: str | None = None) -> Iterator[Session]:
 
 @contextmanager
 def read_only(url: str | None = None) -> Iterator[Session]:
-    """A transaction PostgreSQL refuses to write in: what the read models (views/) use."""
+    """A transaction PostgreSQL refuses to write in: what the read models (views/) use. It
+    holds no lock a takeover waits for, so PostgreSQL ends it idle only after a minute (or a
+    lease, if longer), not after a lease: a page or `/metrics` read by a process the machine
+    left unscheduled for a few seconds is not cut off between two of its queries."""
+    idle_ms = int(max(READER_IDLE_SECONDS, get_settings().lease_seconds) * 1000)
     with transaction(url) as session:
-        session.execute(text("SET TRANSACTION READ ONLY"))
+        session.execute(_READ_ONLY, {"idle_ms": str(idle_ms)})
         yield session
+
+
+READER_IDLE_SECONDS = 60.0
+_READ_ONLY = text(
+    "SELECT set_config('transaction_read_only', 'on', true),"
+    " set_config('idle_in_transaction_session_timeout', :idle_ms, true)"
+)
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
