@@ -98,11 +98,17 @@ class ForkRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     from_step: int = Field(
-        strict=True,
-        ge=0,
-        le=1_000_000,
-        description="numbered as the run's journal numbers them (from 0)",
+        ge=0, le=1_000_000, description="numbered as the run's journal numbers them (from 0)"
     )
+
+    @field_validator("from_step", mode="before")
+    @classmethod
+    def _a_json_integer(cls, value: object) -> object:
+        """What JSON Schema calls an integer (3 or 3.0), not what Python would turn into one
+        (false, "3")."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a JSON integer")
+        return value
 
 
 class ApprovalDecision(BaseModel):
