@@ -15,16 +15,15 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import pipeline.statements as statements
-from models import Run, RunStatus
+from models import RunStatus
 from pipeline.db import transaction
-from pipeline.errors import InvalidInput, RunNotFound, StatusConflict
+from pipeline.errors import InvalidInput, StatusConflict
 from pipeline.keys import fork_key
 from pipeline.logs import get_logger
-from pipeline.runs.start import StartedRun, create_run_txn
+from pipeline.runs.start import StartedRun, request_of, start_again_txn
 
 log = get_logger("nightshift.fork")
 
@@ -48,14 +47,7 @@ def fork_run_txn(session: Session, run_id: uuid.UUID, step: int, by: str) -> For
     has not finished, whose journal retention compacted or that never reached `step`
     (StatusConflict); a negative step (InvalidInput). Its first step is sent once the caller
     commits."""
-    origin = session.execute(
-        select(
-            Run.agent, Run.status, Run.input, Run.notify_url, Run.deadline, Run.created_at,
-            Run.compacted_at, Run.step,
-        ).where(Run.id == run_id)
-    ).one_or_none()  # fmt: skip
-    if origin is None:
-        raise RunNotFound(f"no run has id {run_id}")
+    origin = request_of(session, run_id)
     if not origin.status.is_terminal():
         raise StatusConflict(
             f"run {run_id} is {origin.status.value}: only a finished run (succeeded, failed "
@@ -73,12 +65,7 @@ def fork_run_txn(session: Session, run_id: uuid.UUID, step: int, by: str) -> For
         raise StatusConflict(
             f"run {run_id} has steps 0 to {last}: it cannot be forked from step {step!r}"
         )
-    # The time the origin was given, from now, as a retry has it.
-    given = None if origin.deadline is None else origin.deadline - origin.created_at
-    started = create_run_txn(
-        session, origin.agent, origin.input, fork_key(run_id, step), deadline=given,
-        notify_url=origin.notify_url, caller=False,
-    )  # fmt: skip
+    started = start_again_txn(session, origin, fork_key(run_id, step))
     if started.created:
         copied = statements.first(
             session, "fork_from_step", fork_id=started.run_id, origin_id=run_id, step=step

@@ -8,15 +8,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from models import Run, RunStatus
+from models import RunStatus
 from pipeline.db import transaction
-from pipeline.errors import RunNotFound, StatusConflict
+from pipeline.errors import StatusConflict
 from pipeline.keys import retry_key
 from pipeline.logs import get_logger
-from pipeline.runs.start import StartedRun, create_run_txn
+from pipeline.runs.start import StartedRun, request_of, start_again_txn
 
 log = get_logger("nightshift.retry")
 
@@ -34,19 +33,7 @@ def retry_run_txn(session: Session, run_id: uuid.UUID, by: str) -> Retry:
     """Start `run_id` again from its original request, unless it was retried already; raise
     StatusConflict for a run that is not failed or cancelled, or whose request retention
     redacted. Its first step is sent once the caller's transaction commits."""
-    origin = session.execute(
-        select(
-            Run.agent,
-            Run.status,
-            Run.input,
-            Run.notify_url,
-            Run.deadline,
-            Run.created_at,
-            Run.compacted_at,
-        ).where(Run.id == run_id)
-    ).one_or_none()
-    if origin is None:
-        raise RunNotFound(f"no run has id {run_id}")
+    origin = request_of(session, run_id)
     if origin.status not in RETRYABLE:
         raise StatusConflict(
             f"run {run_id} is {origin.status.value}: only a failed or cancelled run is retried"
@@ -56,12 +43,7 @@ def retry_run_txn(session: Session, run_id: uuid.UUID, by: str) -> Retry:
             f"run {run_id} cannot be retried: retention redacted its input on "
             f"{origin.compacted_at:%Y-%m-%d}"
         )
-    # The time the first run was given, from now: its own deadline has passed, or soon will.
-    given = None if origin.deadline is None else origin.deadline - origin.created_at
-    started = create_run_txn(
-        session, origin.agent, origin.input, retry_key(run_id), deadline=given,
-        notify_url=origin.notify_url, caller=False,
-    )  # fmt: skip
+    started = start_again_txn(session, origin, retry_key(run_id))
     if started.created:
         log.info("run %s (%s): retried by %s as run %s", run_id, origin.status.value, by,
                  started.run_id)  # fmt: skip

@@ -11,7 +11,7 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 import pipeline.statements as statements
@@ -19,7 +19,7 @@ import pipeline.tracing as tracing
 from models import Run
 from pipeline.app import send_step_after_commit
 from pipeline.db import transaction
-from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, NoModel
+from pipeline.errors import IdempotencyConflict, InputTooLarge, InvalidInput, NoModel, RunNotFound
 from pipeline.keys import check_key, runtime_run_key
 from pipeline.registry import agent_version, get_agent
 from pipeline.runs.deadlines import Deadline
@@ -209,6 +209,30 @@ def create_run_txn(
             "with a different agent or input"
         )
     return StartedRun(existing.id, created=False)
+
+
+def request_of(session: Session, run_id: uuid.UUID) -> Row[Any]:
+    """What a retry or a fork starts again from: the run's request (agent, input, notify_url,
+    the time its deadline gave it) and what they check first (status, compaction, steps)."""
+    origin = session.execute(
+        select(
+            Run.agent, Run.status, Run.input, Run.notify_url, Run.deadline, Run.created_at,
+            Run.compacted_at, Run.step,
+        ).where(Run.id == run_id)
+    ).one_or_none()  # fmt: skip
+    if origin is None:
+        raise RunNotFound(f"no run has id {run_id}")
+    return origin
+
+
+def start_again_txn(session: Session, origin: Row[Any], key: str) -> StartedRun:
+    """A new run of `origin`'s request under `key` (a runtime key naming the origin), given as
+    much time from now as the origin's deadline gave it: its own has passed, or soon will."""
+    given = None if origin.deadline is None else origin.deadline - origin.created_at
+    return create_run_txn(
+        session, origin.agent, origin.input, key, deadline=given,
+        notify_url=origin.notify_url, caller=False,
+    )  # fmt: skip
 
 
 def create_runs_txn(session: Session, runs: NewRuns) -> list[uuid.UUID]:
